@@ -1,0 +1,58 @@
+"""One error hierarchy for the whole project (in the manner of ``sqlglot/errors.py``).
+
+Every error a *user* can cause (a bad file, a bad flag, a query that must not run) is a
+:class:`Route2SQLError` child that says where the problem is: the file, the line or the field.
+Command-line entry points print these as one line and exit with status 2, no traceback
+(see :func:`data_pipeline.cli.run_main`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+class Route2SQLError(Exception):
+    """Base error. ``where`` names the file, line or field at fault, when known.
+
+    >>> str(Route2SQLError("no foreign keys", where="shop.sqlite"))
+    'shop.sqlite: no foreign keys'
+    >>> str(Route2SQLError("bad label", where="train.jsonl", line=3))
+    'train.jsonl:3: bad label'
+    """
+
+    def __init__(self, message: str, *, where: str | Path | None = None, line: int | None = None):
+        self.message = message
+        self.where = str(where) if where is not None else None
+        self.line = line
+        prefix = ""
+        if self.where is not None:
+            prefix = f"{self.where}:{line}: " if line is not None else f"{self.where}: "
+        super().__init__(prefix + message)
+
+
+class SchemaError(Route2SQLError):
+    """A database or schema that cannot be used (missing file, not SQLite, unknown table...)."""
+
+
+class DataError(Route2SQLError):
+    """A malformed data file: a JSONL line, a label naming an unknown table, a sidecar file."""
+
+
+class DownloadError(Route2SQLError):
+    """A sample data set or model could not be fetched from the package registry or failed its checksum."""
+
+
+class ConfigError(Route2SQLError, ValueError):
+    """An invalid configuration value; ``where`` is the field name (e.g. ``--clip-range``)."""
+
+
+class CheckpointError(Route2SQLError):
+    """A checkpoint that cannot be loaded: missing files, or made for another schema."""
+
+
+class QueryRejected(Route2SQLError):
+    """A generated query refused before it ran: not a single read-only statement."""
+
+
+class QueryTimeout(Route2SQLError):
+    """A query stopped because it ran past its time limit."""

@@ -1,0 +1,138 @@
+"""Files: the cache directory, atomic writes, and JSONL with line-numbered errors.
+
+Everything that persists (checkpoints, data sets, reports) is written through
+:func:`atomic_write_text`, :func:`atomic_write_bytes` or :func:`atomic_directory`, so a run killed
+half-way never leaves a truncated file where a good one was.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+from data_pipeline.errors import DataError, Route2SQLError
+
+
+def cache_dir(*parts: str) -> Path:
+    """The user's cache directory for route2sql, created on demand.
+
+    ``$ROUTE2SQL_CACHE`` wins, then ``$XDG_CACHE_HOME/route2sql``, then ``~/.cache/route2sql``.
+
+    Raises:
+        Route2SQLError: when the directory cannot be created.
+    """
+    root = os.environ.get("ROUTE2SQL_CACHE")
+    if not root:
+        root = os.path.join(os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "route2sql")
+    path = Path(root, *parts)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise Route2SQLError(f"cannot create cache directory: {exc.strerror}", where=path) from exc
+    return path
+
+
+def ensure_writable_dir(path: str | Path) -> Path:
+    """Create ``path`` if needed and check that files can be written there.
+
+    Raises:
+        Route2SQLError: naming the folder when it cannot be created or written.
+    """
+    path = Path(path)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=path, prefix=".write-test-"):
+            pass
+    except OSError as exc:
+        raise Route2SQLError(f"output folder is not writable ({exc.strerror})", where=path) from exc
+    return path
+
+
+def atomic_write_bytes(path: str | Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` via a temporary file in the same folder and ``os.replace``."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+def atomic_write_text(path: str | Path, text: str) -> None:
+    """Text (UTF-8) version of :func:`atomic_write_bytes`."""
+    atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def write_json(path: str | Path, obj: Any) -> None:
+    """Atomically write ``obj`` as indented UTF-8 JSON."""
+    atomic_write_text(path, json.dumps(obj, indent=2, ensure_ascii=False, sort_keys=False) + "\n")
+
+
+@contextlib.contextmanager
+def atomic_directory(path: str | Path) -> Iterator[Path]:
+    """Yield a temporary sibling folder; on success it replaces ``path`` in one rename.
+
+    Used for ``save_pretrained``-style checkpoints: readers see the old directory or the new
+    one, never a half-written mix. On error the temporary folder is removed and ``path`` is
+    left as it was.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.tmp-"))
+    try:
+        yield tmp
+        old = None
+        if path.exists():
+            old = path.with_name(f".{path.name}.old-{os.getpid()}")
+            os.replace(path, old)
+        os.replace(tmp, path)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def write_jsonl(path: str | Path, records: Iterable[dict[str, Any]]) -> int:
+    """Atomically write one JSON object per line; returns the number of lines."""
+    lines = [json.dumps(r, ensure_ascii=False) for r in records]
+    atomic_write_text(path, "\n".join(lines) + ("\n" if lines else ""))
+    return len(lines)
+
+
+def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
+    """Read a JSONL file; blank lines are skipped.
+
+    Raises:
+        DataError: naming the file and line of the first line that is not a JSON object, or
+            when the file does not exist.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise DataError("file not found", where=path)
+    out: list[dict[str, Any]] = []
+    with path.open(encoding="utf-8") as fh:
+        for lineno, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise DataError(f"not valid JSON ({exc.msg})", where=path, line=lineno) from exc
+            if not isinstance(obj, dict):
+                raise DataError("each line must be a JSON object", where=path, line=lineno)
+            out.append(obj)
+    return out
