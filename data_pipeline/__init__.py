@@ -1,0 +1,29 @@
+"""Data pipeline: introspect a schema, build its graph, enumerate legal paths, generate samples.
+
+The verbs a user needs are exported here::
+
+    from data_pipeline import introspect, SchemaGraph, JoinPath, load_dataset
+"""
+
+from data_pipeline.dataset import BuiltDataset, load_dataset, save_dataset
+from data_pipeline.graph import JoinPath, SchemaGraph
+from data_pipeline.samples import Entity, Sample, load_samples, save_samples
+from data_pipeline.schema import Column, ForeignKey, Schema, Table, introspect, quote_ident
+
+__all__ = [
+    "BuiltDataset",
+    "Column",
+    "Entity",
+    "ForeignKey",
+    "JoinPath",
+    "Sample",
+    "Schema",
+    "SchemaGraph",
+    "Table",
+    "introspect",
+    "load_dataset",
+    "load_samples",
+    "quote_ident",
+    "save_dataset",
+    "save_samples",
+]

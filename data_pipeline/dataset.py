@@ -1,0 +1,76 @@
+"""A built data set on disk: the schema, its graph settings and the samples, in one folder.
+
+Layout written by ``python -m data_pipeline.build --out DIR``::
+
+    DIR/schema.json      Schema.to_dict() plus {"max_hops": int, "db_path": str}
+    DIR/samples.jsonl    every Sample, each with its split (record schema in data_pipeline.samples)
+    DIR/summary.json     counts: per path, per hop, null-via share, language mix, splits
+
+Every trainer and evaluator starts from :func:`load_dataset`.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from data_pipeline.errors import DataError
+from data_pipeline.graph import SchemaGraph
+from data_pipeline.io import write_json
+from data_pipeline.samples import Sample, load_samples, save_samples
+from data_pipeline.schema import Schema
+
+
+@dataclass
+class BuiltDataset:
+    """A schema, its graph and its samples. ``db_path`` is the database the gold SQL runs on."""
+
+    schema: Schema
+    graph: SchemaGraph
+    samples: list[Sample]
+    db_path: Path
+
+    def split(self, name: str) -> list[Sample]:
+        """Samples of one split (``train``, ``validation``, ``test``, ``test_heldout``)."""
+        return [s for s in self.samples if s.split == name]
+
+
+def save_dataset(out_dir: str | Path, ds: BuiltDataset, summary: dict | None = None) -> Path:
+    """Write ``ds`` (and an optional summary) into ``out_dir``; files are replaced atomically."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    meta = ds.schema.to_dict() | {"max_hops": ds.graph.max_hops, "db_path": str(ds.db_path)}
+    write_json(out / "schema.json", meta)
+    save_samples(out / "samples.jsonl", ds.samples)
+    if summary is not None:
+        write_json(out / "summary.json", summary)
+    return out
+
+
+def load_dataset(data_dir: str | Path, db_path: str | Path | None = None) -> BuiltDataset:
+    """Load a folder written by :func:`save_dataset`.
+
+    Args:
+        data_dir: the folder.
+        db_path: override the database location recorded in ``schema.json``.
+
+    Raises:
+        DataError: the folder, ``schema.json`` or ``samples.jsonl`` is missing or malformed, or a
+            sample's path is not legal in the schema (file and line named).
+    """
+    d = Path(data_dir)
+    schema_file = d / "schema.json"
+    if not schema_file.is_file():
+        raise DataError("not a data set folder (no schema.json); build one with python -m data_pipeline.build", where=d)
+    try:
+        meta = json.loads(schema_file.read_text(encoding="utf-8"))
+        schema = Schema.from_dict(meta)
+    except (json.JSONDecodeError, KeyError, TypeError) as exc:
+        raise DataError(f"malformed schema file ({exc})", where=schema_file) from exc
+    graph = SchemaGraph(schema, max_hops=int(meta.get("max_hops", 3)))
+    samples_file = d / "samples.jsonl"
+    samples = load_samples(samples_file)
+    for i, s in enumerate(samples, 1):
+        graph.check_path(s.path, where=str(samples_file), line=i)
+    return BuiltDataset(schema, graph, samples, Path(db_path or meta.get("db_path", "")))

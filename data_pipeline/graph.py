@@ -1,0 +1,188 @@
+"""The schema graph: foreign keys as edges, legal join paths, and the join skeleton of a path.
+
+A *path* is the route a question takes through the schema (seed 002):
+
+- ``anchor``: the table the question starts from (where its filter entity lives),
+- ``via``: the ordered tables in between (``()`` is the "null" via),
+- ``target``: the table whose data is finally asked for.
+
+A path is *legal* when consecutive tables are joined by a foreign key (either direction) and no
+table repeats. Single-table paths (``anchor == target``, ``via == ()``) are legal too.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any
+
+import networkx as nx
+
+from data_pipeline.errors import DataError, SchemaError
+from data_pipeline.schema import ForeignKey, Schema, quote_ident
+
+DEFAULT_MAX_HOPS = 3
+
+
+@dataclass(frozen=True, order=True)
+class JoinPath:
+    """A route ``anchor -> via... -> target``.
+
+    >>> p = JoinPath("Customers", ("Orders",), "Order Details")
+    >>> str(p), p.hops, p.tables
+    ('Customers -> Orders -> Order Details', 2, ('Customers', 'Orders', 'Order Details'))
+    >>> JoinPath("Orders", (), "Orders").hops
+    0
+    """
+
+    anchor: str
+    via: tuple[str, ...]
+    target: str
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.via, tuple):
+            object.__setattr__(self, "via", tuple(self.via))
+
+    @property
+    def tables(self) -> tuple[str, ...]:
+        """Tables in route order; a single-table path has one entry."""
+        if self.anchor == self.target and not self.via:
+            return (self.anchor,)
+        return (self.anchor, *self.via, self.target)
+
+    @property
+    def hops(self) -> int:
+        """Number of joins: ``len(tables) - 1``."""
+        return len(self.tables) - 1
+
+    @property
+    def via_key(self) -> str:
+        """The via as one label: ``"null"`` or the tables joined by ``" -> "``."""
+        return " -> ".join(self.via) if self.via else "null"
+
+    def __str__(self) -> str:
+        return " -> ".join(self.tables)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"anchor": self.anchor, "via": list(self.via), "target": self.target}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any], *, where: str | None = None, line: int | None = None) -> JoinPath:
+        """Read ``{"anchor": ..., "via": [...], "target": ...}``; DataError names the missing field."""
+        try:
+            via = d.get("via") or []
+            if isinstance(via, str):
+                via = [] if via in ("", "null") else [v.strip() for v in via.split("->")]
+            return cls(str(d["anchor"]), tuple(str(v) for v in via), str(d["target"]))
+        except (KeyError, TypeError, AttributeError) as exc:
+            raise DataError(f"path needs fields anchor, via, target (got {d!r})", where=where, line=line) from exc
+
+
+class SchemaGraph:
+    """The foreign-key graph of a :class:`Schema` (undirected, one node per table).
+
+    Edges carry every foreign key between the two tables (``data["fks"]``); self-references
+    (``Employees.ReportsTo``) are kept on the schema but are not edges, since a path never
+    repeats a table.
+
+    Args:
+        schema: the schema.
+        max_hops: longest path, in joins, that :attr:`legal_paths` enumerates (default 3).
+    """
+
+    def __init__(self, schema: Schema, max_hops: int = DEFAULT_MAX_HOPS):
+        if max_hops < 0:
+            raise SchemaError(f"max_hops must be >= 0, got {max_hops}", where="max_hops")
+        self.schema = schema
+        self.max_hops = max_hops
+        g = nx.Graph()
+        g.add_nodes_from(schema.table_names)
+        for fk in schema.foreign_keys:
+            if fk.table == fk.ref_table:
+                continue
+            if g.has_edge(fk.table, fk.ref_table):
+                g.edges[fk.table, fk.ref_table]["fks"].append(fk)
+            else:
+                g.add_edge(fk.table, fk.ref_table, fks=[fk])
+        self.graph = g
+
+    @cached_property
+    def legal_paths(self) -> tuple[JoinPath, ...]:
+        """All legal paths up to ``max_hops`` joins, sorted by (hops, anchor, via, target).
+
+        Includes one single-table path per table and, for every ordered pair of distinct tables,
+        every simple FK path between them: ``(a, (), t)`` and ``(t, (), a)`` are different routes.
+        """
+        paths = [JoinPath(t, (), t) for t in self.schema.table_names]
+        if self.max_hops > 0:
+            for a in self.schema.table_names:
+                for t in self.schema.table_names:
+                    if a == t:
+                        continue
+                    for nodes in nx.all_simple_paths(self.graph, a, t, cutoff=self.max_hops):
+                        paths.append(JoinPath(nodes[0], tuple(nodes[1:-1]), nodes[-1]))
+        return tuple(sorted(paths, key=lambda p: (p.hops, p.anchor, p.via, p.target)))
+
+    @cached_property
+    def path_index(self) -> dict[JoinPath, int]:
+        """Position of each legal path in :attr:`legal_paths`."""
+        return {p: i for i, p in enumerate(self.legal_paths)}
+
+    @cached_property
+    def via_options(self) -> tuple[tuple[str, ...], ...]:
+        """Distinct via tuples over the legal paths, ``()`` (null) first."""
+        return tuple(sorted({p.via for p in self.legal_paths}, key=lambda v: (len(v), v)))
+
+    def is_legal(self, path: JoinPath) -> bool:
+        """True when ``path`` is one of :attr:`legal_paths`."""
+        return path in self.path_index
+
+    def check_path(self, path: JoinPath, *, where: str | None = None, line: int | None = None) -> JoinPath:
+        """Return ``path`` if legal; else DataError naming the unknown table or the missing join."""
+        for t in path.tables:
+            if not self.schema.has_table(t):
+                raise DataError(f"unknown table {t!r} in path {path}", where=where, line=line)
+        if not self.is_legal(path):
+            raise DataError(f"path {path} is not a legal join path (max {self.max_hops} hops)", where=where, line=line)
+        return path
+
+    def edge_fk(self, a: str, b: str) -> ForeignKey:
+        """The foreign key used to join ``a`` and ``b`` (the first by column name when several exist)."""
+        if not self.graph.has_edge(a, b):
+            raise SchemaError(f"no foreign key between {a!r} and {b!r}", where=self.schema.source or self.schema.name)
+        return sorted(self.graph.edges[a, b]["fks"], key=lambda f: (f.table, f.column))[0]
+
+    def join_conditions(self, path: JoinPath) -> list[tuple[str, str, ForeignKey]]:
+        """``(left_table, right_table, fk)`` for each join along ``path``."""
+        t = path.tables
+        return [(t[i], t[i + 1], self.edge_fk(t[i], t[i + 1])) for i in range(len(t) - 1)]
+
+    def from_clause(self, path: JoinPath) -> str:
+        """The ``FROM ... JOIN ... ON ...`` clause that walks ``path`` (identifiers quoted).
+
+        >>> from data_pipeline.schema import Schema, Table, Column, ForeignKey
+        >>> s = Schema("s", (Table("a", (Column("id", primary_key=True),)),
+        ...                  Table("b", (Column("id"), Column("a_id")))), (ForeignKey("b", "a_id", "a", "id"),))
+        >>> SchemaGraph(s).from_clause(JoinPath("a", (), "b"))
+        'FROM "a" JOIN "b" ON "b"."a_id" = "a"."id"'
+        """
+        t = path.tables
+        parts = [f"FROM {quote_ident(t[0])}"]
+        for _left, right, fk in self.join_conditions(path):
+            cond = (
+                f"{quote_ident(fk.table)}.{quote_ident(fk.column)} = "
+                f"{quote_ident(fk.ref_table)}.{quote_ident(fk.ref_column)}"
+            )
+            parts.append(f"JOIN {quote_ident(right)} ON {cond}")
+        return " ".join(parts)
+
+    def skeleton(self, path: JoinPath) -> str:
+        """An executable join skeleton: ``SELECT COUNT(*) <from_clause>``."""
+        return f"SELECT COUNT(*) {self.from_clause(path)}"
+
+    def hop_histogram(self) -> dict[int, int]:
+        """Number of legal paths per hop count."""
+        hist: dict[int, int] = {}
+        for p in self.legal_paths:
+            hist[p.hops] = hist.get(p.hops, 0) + 1
+        return dict(sorted(hist.items()))

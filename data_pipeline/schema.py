@@ -1,0 +1,362 @@
+"""The schema model every stage shares: tables, columns, foreign keys, descriptions.
+
+A :class:`Schema` is plain data. It is read from a database by :func:`introspect` (SQLite here;
+other backends build the same object), optionally explained by a *description sidecar* (JSON,
+format in ``data_pipeline/descriptions/README.md``) so that cryptic names such as ``mz_cf``
+(门诊处方, outpatient prescriptions) carry words that questions can be linked to.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sqlite3
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from data_pipeline.errors import DataError, SchemaError
+
+SAMPLE_VALUES_PER_COLUMN = 5
+
+
+def quote_ident(name: str) -> str:
+    """Quote an SQL identifier for SQLite, so names with spaces or quotes work everywhere.
+
+    >>> quote_ident("Order Details")
+    '"Order Details"'
+    >>> quote_ident('we"ird')
+    '"we""ird"'
+    """
+    return '"' + name.replace('"', '""') + '"'
+
+
+@dataclass(frozen=True)
+class Column:
+    """One column. ``samples`` holds up to 5 distinct non-null values read from the data."""
+
+    name: str
+    type: str = ""
+    primary_key: bool = False
+    not_null: bool = False
+    description: str = ""
+    zh: str = ""
+    samples: tuple[Any, ...] = ()
+
+    @property
+    def is_text(self) -> bool:
+        """True for text-like declared types (``TEXT``, ``VARCHAR(40)``, ``NCHAR``...) or untyped text values."""
+        t = self.type.upper()
+        if any(k in t for k in ("CHAR", "TEXT", "CLOB")):
+            return True
+        return not t and bool(self.samples) and all(isinstance(v, str) for v in self.samples)
+
+    @property
+    def is_numeric(self) -> bool:
+        """True for integer/real/decimal declared types."""
+        t = self.type.upper()
+        return any(k in t for k in ("INT", "REAL", "FLOA", "DOUB", "NUM", "DEC", "MONEY"))
+
+
+@dataclass(frozen=True)
+class ForeignKey:
+    """``table.column`` references ``ref_table.ref_column``."""
+
+    table: str
+    column: str
+    ref_table: str
+    ref_column: str
+
+    def __str__(self) -> str:
+        return f"{self.table}.{self.column} -> {self.ref_table}.{self.ref_column}"
+
+
+@dataclass(frozen=True)
+class Table:
+    """One table with its columns, row count and optional English/Chinese descriptions."""
+
+    name: str
+    columns: tuple[Column, ...]
+    row_count: int = 0
+    description: str = ""
+    zh: str = ""
+    description_zh: str = ""
+
+    def column(self, name: str) -> Column:
+        """The column called ``name``. Raises SchemaError naming the table when absent."""
+        for c in self.columns:
+            if c.name == name:
+                return c
+        raise SchemaError(f"table has no column {name!r}", where=self.name)
+
+    @property
+    def primary_key(self) -> tuple[str, ...]:
+        return tuple(c.name for c in self.columns if c.primary_key)
+
+    def label(self, language: str = "en") -> str:
+        """Human words for the table: the Chinese name for ``zh`` when described, else a readable name."""
+        if language == "zh" and self.zh:
+            return self.zh
+        return humanize(self.name)
+
+
+@dataclass(frozen=True)
+class Schema:
+    """A database schema: ``tables`` in a stable order and the ``foreign_keys`` between them.
+
+    ``source`` is the file (or URI) it was read from; ``backend`` is ``"sqlite"`` or ``"mongodb"``.
+    """
+
+    name: str
+    tables: tuple[Table, ...]
+    foreign_keys: tuple[ForeignKey, ...]
+    source: str = ""
+    backend: str = "sqlite"
+    _index: dict[str, Table] = field(default_factory=dict, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        self._index.update({t.name: t for t in self.tables})
+
+    @property
+    def table_names(self) -> tuple[str, ...]:
+        return tuple(t.name for t in self.tables)
+
+    def table(self, name: str) -> Table:
+        """The table called ``name``. Raises SchemaError listing the known tables when absent."""
+        try:
+            return self._index[name]
+        except KeyError:
+            raise SchemaError(
+                f"unknown table {name!r}; tables are: {', '.join(self.table_names)}", where=self.source or self.name
+            ) from None
+
+    def has_table(self, name: str) -> bool:
+        return name in self._index
+
+    def fingerprint(self) -> str:
+        """A 16-hex-digit hash of table names, column names/types and foreign keys.
+
+        Descriptions, row counts and sample values do not enter it: a router trained on a
+        schema stays valid when its data or its documentation changes, not when its shape does.
+        """
+        shape = {
+            "tables": sorted([t.name, sorted([c.name, c.type.upper()] for c in t.columns)] for t in self.tables),
+            "fks": sorted([fk.table, fk.column, fk.ref_table, fk.ref_column] for fk in self.foreign_keys),
+        }
+        return hashlib.sha256(json.dumps(shape, sort_keys=True).encode()).hexdigest()[:16]
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form (round-trips through :meth:`from_dict`)."""
+        return {
+            "name": self.name,
+            "source": self.source,
+            "backend": self.backend,
+            "tables": [
+                {
+                    "name": t.name,
+                    "row_count": t.row_count,
+                    "description": t.description,
+                    "zh": t.zh,
+                    "description_zh": t.description_zh,
+                    "columns": [
+                        {
+                            "name": c.name,
+                            "type": c.type,
+                            "primary_key": c.primary_key,
+                            "not_null": c.not_null,
+                            "description": c.description,
+                            "zh": c.zh,
+                            "samples": list(c.samples),
+                        }
+                        for c in t.columns
+                    ],
+                }
+                for t in self.tables
+            ],
+            "foreign_keys": [[fk.table, fk.column, fk.ref_table, fk.ref_column] for fk in self.foreign_keys],
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Schema:
+        """Inverse of :meth:`to_dict`."""
+        tables = tuple(
+            Table(
+                name=t["name"],
+                row_count=t.get("row_count", 0),
+                description=t.get("description", ""),
+                zh=t.get("zh", ""),
+                description_zh=t.get("description_zh", ""),
+                columns=tuple(
+                    Column(
+                        name=c["name"],
+                        type=c.get("type", ""),
+                        primary_key=c.get("primary_key", False),
+                        not_null=c.get("not_null", False),
+                        description=c.get("description", ""),
+                        zh=c.get("zh", ""),
+                        samples=tuple(c.get("samples", ())),
+                    )
+                    for c in t["columns"]
+                ),
+            )
+            for t in d["tables"]
+        )
+        fks = tuple(ForeignKey(*fk) for fk in d.get("foreign_keys", []))
+        return cls(d["name"], tables, fks, source=d.get("source", ""), backend=d.get("backend", "sqlite"))
+
+
+def humanize(identifier: str) -> str:
+    """Readable words from an identifier: ``OrderDetails``/``order_details`` -> ``order details``.
+
+    >>> humanize("CustomerCustomerDemo")
+    'customer customer demo'
+    >>> humanize("Order Details")
+    'order details'
+    >>> humanize("invoice_line_id")
+    'invoice line id'
+    >>> humanize("mz_cf")
+    'mz cf'
+    """
+    out: list[str] = []
+    prev = ""
+    for ch in identifier:
+        if ch in "_- ":
+            out.append(" ")
+        elif ch.isupper() and prev and (prev.islower() or prev.isdigit()):
+            out.append(" " + ch)
+        else:
+            out.append(ch)
+        prev = ch
+    return " ".join("".join(out).lower().split())
+
+
+def _open_sqlite(path: Path) -> sqlite3.Connection:
+    if not path.is_file():
+        raise SchemaError("database file not found", where=path)
+    with path.open("rb") as fh:
+        if fh.read(16) != b"SQLite format 3\x00":
+            raise SchemaError("not a SQLite database (bad header)", where=path)
+    conn = sqlite3.connect(f"file:{path.resolve()}?mode=ro", uri=True)
+    conn.execute("PRAGMA query_only = ON")
+    return conn
+
+
+def _load_descriptions(path: Path | None, schema_tables: dict[str, list[Column]]) -> dict[str, Any]:
+    if path is None:
+        return {}
+    path = Path(path)
+    if not path.is_file():
+        raise DataError("description file not found", where=path)
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise DataError(f"not valid JSON ({exc.msg})", where=path, line=exc.lineno) from exc
+    tables = doc.get("tables") if isinstance(doc, dict) else None
+    if not isinstance(tables, dict):
+        raise DataError('expected an object {"tables": {...}}', where=path)
+    for tname, tdoc in tables.items():
+        if tname not in schema_tables:
+            raise DataError(f"describes unknown table {tname!r}", where=path)
+        known = {c.name for c in schema_tables[tname]}
+        for cname in (tdoc or {}).get("columns", {}):
+            if cname not in known:
+                raise DataError(f"describes unknown column {tname}.{cname}", where=path)
+    return tables
+
+
+def introspect(db: str | Path, descriptions: str | Path | None = None, name: str | None = None) -> Schema:
+    """Read a SQLite database's schema: tables, columns (type, PK, NOT NULL), FKs, row counts, sample values.
+
+    Args:
+        db: path to a SQLite file (opened read-only; it is never modified).
+        descriptions: optional sidecar JSON with English/Chinese descriptions of tables and columns.
+        name: schema name; defaults to the file's stem.
+
+    Returns:
+        A :class:`Schema` with tables in name order.
+
+    Raises:
+        SchemaError: the file is missing, is not SQLite, or has no tables.
+        DataError: the sidecar is malformed or names a table/column the database lacks.
+
+    A schema without foreign keys is valid (only single-table paths exist) and warns.
+    """
+    path = Path(db)
+    conn = _open_sqlite(path)
+    try:
+        try:
+            names = [
+                r[0]
+                for r in conn.execute(
+                    "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY name"
+                )
+            ]
+        except sqlite3.DatabaseError as exc:
+            raise SchemaError(f"not a readable SQLite database ({exc})", where=path) from exc
+        if not names:
+            raise SchemaError("database has no tables", where=path)
+        raw_cols: dict[str, list[Column]] = {}
+        fks: list[ForeignKey] = []
+        counts: dict[str, int] = {}
+        for t in names:
+            qt = quote_ident(t)
+            cols = []
+            for _cid, cname, ctype, notnull, _default, pk in conn.execute(f"PRAGMA table_info({qt})"):
+                samples = tuple(
+                    r[0]
+                    for r in conn.execute(
+                        f"SELECT DISTINCT {quote_ident(cname)} FROM {qt} WHERE {quote_ident(cname)} IS NOT NULL "
+                        f"AND typeof({quote_ident(cname)}) != 'blob' LIMIT {SAMPLE_VALUES_PER_COLUMN}"
+                    )
+                )
+                cols.append(Column(cname, ctype or "", bool(pk), bool(notnull), samples=samples))
+            raw_cols[t] = cols
+            counts[t] = conn.execute(f"SELECT COUNT(*) FROM {qt}").fetchone()[0]
+            pk_of = {}
+            for row in conn.execute(f"PRAGMA foreign_key_list({qt})"):
+                _id, _seq, ref_table, from_col, to_col = row[:5]
+                if ref_table not in raw_cols and ref_table not in names:
+                    # SQLite matches names case-insensitively; normalise to the declared table name
+                    match = [n for n in names if n.lower() == ref_table.lower()]
+                    if not match:
+                        warnings.warn(f"{path}: {t}.{from_col} references missing table {ref_table!r}; ignored")
+                        continue
+                    ref_table = match[0]
+                if to_col is None:  # FK to the referenced table's primary key
+                    if ref_table not in pk_of:
+                        pk_of[ref_table] = [r[1] for r in conn.execute(f"PRAGMA table_info({quote_ident(ref_table)})") if r[5]]
+                    to_col = pk_of[ref_table][0] if pk_of[ref_table] else "rowid"
+                fks.append(ForeignKey(t, from_col, ref_table, to_col))
+    finally:
+        conn.close()
+    desc = _load_descriptions(Path(descriptions) if descriptions else None, raw_cols)
+    tables = []
+    for t in names:
+        tdoc = desc.get(t, {}) or {}
+        cdocs = tdoc.get("columns", {}) or {}
+        cols = tuple(
+            Column(
+                c.name,
+                c.type,
+                c.primary_key,
+                c.not_null,
+                description=str(cdocs.get(c.name, {}).get("description", "")),
+                zh=str(cdocs.get(c.name, {}).get("zh", "")),
+                samples=c.samples,
+            )
+            for c in raw_cols[t]
+        )
+        tables.append(
+            Table(
+                t,
+                cols,
+                counts[t],
+                description=str(tdoc.get("description", "")),
+                zh=str(tdoc.get("zh", "")),
+                description_zh=str(tdoc.get("description_zh", "")),
+            )
+        )
+    if not fks:
+        warnings.warn(f"{path}: no foreign keys; only single-table paths exist", stacklevel=2)
+    return Schema(name or path.stem, tuple(tables), tuple(sorted(set(fks), key=lambda f: (f.table, f.column))), source=str(path))

@@ -1,0 +1,117 @@
+"""Schema introspection and the schema graph, on a schema small enough to count by hand."""
+
+from __future__ import annotations
+
+import sqlite3
+import warnings
+
+import pytest
+
+from data_pipeline import JoinPath, SchemaGraph, introspect
+from data_pipeline.errors import DataError, SchemaError
+
+
+def test_introspect_tiny(tiny_db):
+    s = introspect(tiny_db)
+    assert s.table_names == ("categories", "customers", "order items", "orders", "products", "suppliers")
+    assert len(s.foreign_keys) == 5
+    assert s.table("products").row_count == 3
+    assert s.table("order items").column("quantity").type == "INTEGER"
+    assert s.table("customers").primary_key == ("id",)
+    assert s.table("customers").column("name").not_null
+    assert set(s.table("categories").column("name").samples) == {"Beverages", "Seafood"}
+
+
+def test_paths_counted_by_hand(tiny_db):
+    # The FK graph is a tree: customers-orders-order items-products-{categories,suppliers}.
+    # Distances: 6 single-table paths; ordered pairs at 1 hop: 5 edges x 2 = 10;
+    # 2 hops: pairs (customers,order items),(orders,products),(order items,categories),
+    # (order items,suppliers),(categories,suppliers) = 5 x 2 = 10;
+    # 3 hops: (customers,products),(orders,categories),(orders,suppliers) = 3 x 2 = 6.
+    g = SchemaGraph(introspect(tiny_db), max_hops=3)
+    assert g.hop_histogram() == {0: 6, 1: 10, 2: 10, 3: 6}
+    assert len(g.legal_paths) == 32
+    assert SchemaGraph(introspect(tiny_db), max_hops=1).hop_histogram() == {0: 6, 1: 10}
+    assert g.is_legal(JoinPath("customers", ("orders", "order items"), "products"))
+    assert not g.is_legal(JoinPath("customers", (), "products"))  # no direct FK
+    assert g.via_options[0] == ()
+
+
+def test_skeletons_execute_with_expected_counts(tiny_db):
+    g = SchemaGraph(introspect(tiny_db))
+    conn = sqlite3.connect(tiny_db)
+    counts = {str(p): conn.execute(g.skeleton(p)).fetchone()[0] for p in g.legal_paths}
+    assert counts["customers"] == 3
+    assert counts["customers -> orders"] == 4  # every order has one customer
+    assert counts["customers -> orders -> order items"] == 6
+    assert counts["customers -> orders -> order items -> products"] == 6
+    assert counts["categories -> products -> suppliers"] == 3
+    # direction does not change an inner join's size
+    assert counts["products -> order items -> orders"] == counts["orders -> order items -> products"] == 6
+
+
+def test_check_path_names_the_problem(tiny_db):
+    g = SchemaGraph(introspect(tiny_db))
+    with pytest.raises(DataError, match="unknown table 'clients'"):
+        g.check_path(JoinPath("clients", (), "orders"), where="labels.jsonl", line=7)
+    with pytest.raises(DataError, match=r"labels.jsonl:2: path customers -> products is not a legal"):
+        g.check_path(JoinPath("customers", (), "products"), where="labels.jsonl", line=2)
+
+
+def test_bad_databases(tmp_path):
+    with pytest.raises(SchemaError, match="database file not found"):
+        introspect(tmp_path / "missing.sqlite")
+    bad = tmp_path / "notes.txt"
+    bad.write_text("hello")
+    with pytest.raises(SchemaError, match="not a SQLite database"):
+        introspect(bad)
+    empty = tmp_path / "empty.sqlite"
+    sqlite3.connect(empty).execute("CREATE TABLE t(x)").connection.close()
+    sqlite3.connect(empty).execute("DROP TABLE t").connection.close()
+    with pytest.raises(SchemaError, match="no tables"):
+        introspect(empty)
+
+
+def test_no_foreign_keys_warns_and_keeps_single_table_paths(tmp_path):
+    p = tmp_path / "flat.sqlite"
+    conn = sqlite3.connect(p)
+    conn.executescript("CREATE TABLE a(id INTEGER PRIMARY KEY); CREATE TABLE b(id INTEGER PRIMARY KEY);")
+    conn.close()
+    with pytest.warns(UserWarning, match="no foreign keys"):
+        s = introspect(p)
+    assert [str(x) for x in SchemaGraph(s).legal_paths] == ["a", "b"]
+
+
+def test_fingerprint_ignores_data_but_not_shape(tiny_db):
+    before = introspect(tiny_db).fingerprint()
+    conn = sqlite3.connect(tiny_db)
+    conn.execute("INSERT INTO customers VALUES (9,'Zed','Rome')")
+    conn.commit()
+    assert introspect(tiny_db).fingerprint() == before
+    conn.execute("ALTER TABLE customers ADD COLUMN email TEXT")
+    conn.commit()
+    conn.close()
+    assert introspect(tiny_db).fingerprint() != before
+
+
+def test_description_sidecar(tiny_db, tmp_path):
+    side = tmp_path / "desc.json"
+    side.write_text('{"tables": {"customers": {"description": "buyers", "zh": "客户", "columns": {"city": {"zh": "城市"}}}}}')
+    s = introspect(tiny_db, descriptions=side)
+    assert s.table("customers").zh == "客户"
+    assert s.table("customers").column("city").zh == "城市"
+    side.write_text('{"tables": {"clients": {}}}')
+    with pytest.raises(DataError, match="unknown table 'clients'"):
+        introspect(tiny_db, descriptions=side)
+    side.write_text('{"tables": {"customers": {"columns": {"email": {}}}}}')
+    with pytest.raises(DataError, match="unknown column customers.email"):
+        introspect(tiny_db, descriptions=side)
+
+
+def test_schema_round_trip(tiny_db):
+    s = introspect(tiny_db)
+    from data_pipeline.schema import Schema
+
+    s2 = Schema.from_dict(s.to_dict())
+    assert s2.fingerprint() == s.fingerprint()
+    assert s2.table("order items").column("quantity") == s.table("order items").column("quantity")
