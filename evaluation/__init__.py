@@ -1,0 +1,1 @@
+"""End-to-end evaluation: A/B comparison of routing and generation methods, and the Spider dev benchmark."""
