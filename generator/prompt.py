@@ -1,0 +1,226 @@
+"""The generator's prompt: question, routed path, path schema, join skeleton, few-shot examples.
+
+:func:`build_prompt` returns chat messages (``[{"role": ..., "content": ...}, ...]``) for
+``tokenizer.apply_chat_template``:
+
+1. ``system``: the task and the answer format, written out literally::
+
+       <reasoning>
+       which tables, joins and filters
+       </reasoning>
+       <answer>
+       SELECT ...
+       </answer>
+
+2. One ``user``/``assistant`` pair per example (up to ``k``, the most similar one last, next to
+   the real question): the example's question (and its route and join skeleton when a path is
+   given), answered by :func:`render_completion` of its gold SQL. SPEC section 6: with a plain
+   instruction the base SmolLM2 never wrote the tags; assistant turns that show them are what
+   a small model copies.
+3. ``user``: the schema, the route and skeleton, and the question.
+
+Two conditions (SPEC section 7 compares them):
+
+- **routed** (``path`` given): only the tables on the path, one line per column with its type,
+  key flags, description and a few sample values, then the ``FROM ... JOIN ... ON ...``
+  skeleton of the path (:meth:`~data_pipeline.graph.SchemaGraph.from_clause`).
+- **no path** (``path=None``): every table in one compact line (``Table(col, col, ...)``) plus
+  the foreign keys, and no skeleton.
+
+The prompt is deterministic: same inputs, same messages.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Any
+
+from data_pipeline.errors import ConfigError
+from data_pipeline.graph import JoinPath, SchemaGraph
+from data_pipeline.samples import Sample
+from data_pipeline.schema import Column, Schema, Table, quote_ident
+
+SAMPLE_VALUES_SHOWN = 3
+"""Sample values listed per column in the routed schema."""
+
+SAMPLE_VALUE_CHARS = 24
+"""Longer sample values are cut to this many characters (plus an ellipsis)."""
+
+Message = dict[str, str]
+
+_PLAIN_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def sql_ident(name: str) -> str:
+    """``name`` as written in SQL: bare when it is a plain identifier, else double-quoted.
+
+    >>> sql_ident("Orders"), sql_ident("Order Details")
+    ('Orders', '"Order Details"')
+    """
+    return name if _PLAIN_IDENT.fullmatch(name) else quote_ident(name)
+
+
+def render_completion(sql: str, reasoning: str | None) -> str:
+    """The target text for one answer: the exact format :func:`generator.parsing.parse_answer` reads.
+
+    Args:
+        sql: the query (trailing semicolons and whitespace are dropped).
+        reasoning: the reasoning text, or None for the answer-only format.
+
+    >>> print(render_completion("SELECT 1;", "trivial"))
+    <reasoning>
+    trivial
+    </reasoning>
+    <answer>
+    SELECT 1
+    </answer>
+    >>> render_completion("SELECT 1", None)
+    '<answer>\\nSELECT 1\\n</answer>'
+    """
+    body = sql.strip().rstrip(";").rstrip()
+    answer = f"<answer>\n{body}\n</answer>"
+    if reasoning is None:
+        return answer
+    return f"<reasoning>\n{reasoning.strip()}\n</reasoning>\n{answer}"
+
+
+def path_reasoning(path: JoinPath) -> str:
+    """A one-line reasoning for an example, derived from its gold path (no model needed).
+
+    >>> path_reasoning(JoinPath("Customers", ("Orders",), "Order Details"))
+    'Start at Customers, reach Order Details; join Customers -> Orders -> Order Details.'
+    >>> path_reasoning(JoinPath("Orders", (), "Orders"))
+    'Everything needed is in Orders; no join.'
+    """
+    if path.hops == 0:
+        return f"Everything needed is in {path.anchor}; no join."
+    return f"Start at {path.anchor}, reach {path.target}; join {path}."
+
+
+def _format_value(value: Any) -> str:
+    if isinstance(value, str):
+        text = value if len(value) <= SAMPLE_VALUE_CHARS else value[:SAMPLE_VALUE_CHARS] + "..."
+        return "'" + text.replace("'", "''").replace("\n", " ") + "'"
+    return repr(value)
+
+
+def _column_line(column: Column) -> str:
+    parts = [f"  - {sql_ident(column.name)} {column.type or 'ANY'}"]
+    if column.primary_key:
+        parts.append(" primary key")
+    if column.description or column.zh:
+        words = "; ".join(w for w in (column.description, column.zh) if w)
+        parts.append(f": {words}")
+    if column.samples:
+        shown = ", ".join(_format_value(v) for v in column.samples[:SAMPLE_VALUES_SHOWN])
+        parts.append(f" (e.g. {shown})")
+    return "".join(parts)
+
+
+def render_table(table: Table) -> str:
+    """One table in the routed schema: a header line, then one line per column.
+
+    >>> from data_pipeline.schema import Column, Table
+    >>> t = Table("Order Details", (Column("OrderID", "INTEGER", primary_key=True, samples=(10248, 10249)),
+    ...                             Column("Quantity", "INTEGER", description="units ordered")), 2155)
+    >>> print(render_table(t))
+    Table "Order Details" (2155 rows)
+      - OrderID INTEGER primary key (e.g. 10248, 10249)
+      - Quantity INTEGER: units ordered
+    """
+    about = "; ".join(w for w in (table.description, table.zh) if w)
+    header = f"Table {sql_ident(table.name)}" + (f": {about}" if about else "") + f" ({table.row_count} rows)"
+    return "\n".join([header, *(_column_line(c) for c in table.columns)])
+
+
+def render_path_schema(schema: Schema, path: JoinPath) -> str:
+    """The tables of ``path``, in route order, each as :func:`render_table`."""
+    return "\n".join(render_table(schema.table(t)) for t in path.tables)
+
+
+def render_compact_schema(schema: Schema) -> str:
+    """Every table on one line, then the foreign keys (the no-path condition).
+
+    >>> from data_pipeline.schema import Column, ForeignKey, Schema, Table
+    >>> s = Schema("s", (Table("a", (Column("id"),)), Table("b c", (Column("id"), Column("a_id")))),
+    ...            (ForeignKey("b c", "a_id", "a", "id"),))
+    >>> print(render_compact_schema(s))
+    a(id)
+    "b c"(id, a_id)
+    Foreign keys: "b c".a_id -> a.id
+    """
+    lines = [f"{sql_ident(t.name)}({', '.join(sql_ident(c.name) for c in t.columns)})" for t in schema.tables]
+    if schema.foreign_keys:
+        fks = ", ".join(
+            f"{sql_ident(fk.table)}.{sql_ident(fk.column)} -> {sql_ident(fk.ref_table)}.{sql_ident(fk.ref_column)}"
+            for fk in schema.foreign_keys
+        )
+        lines.append(f"Foreign keys: {fks}")
+    return "\n".join(lines)
+
+
+def system_message(with_reasoning: bool = True) -> str:
+    """The instruction, with the answer format shown literally."""
+    if with_reasoning:
+        fmt = render_completion("SELECT ...", "which tables, joins and filters answer the question")
+    else:
+        fmt = render_completion("SELECT ...", None)
+    return (
+        "You are an expert data analyst. Write one SQLite SELECT query that answers the question, "
+        "using only the tables and columns given. Reply in exactly this format and nothing else:\n" + fmt
+    )
+
+
+def _question_block(question: str, path: JoinPath | None, graph: SchemaGraph) -> str:
+    if path is None:
+        return f"Question: {question}"
+    return f"Route: {path}\nJoin skeleton: {graph.from_clause(path)}\nQuestion: {question}"
+
+
+def build_prompt(
+    question: str,
+    path: JoinPath | None,
+    schema: Schema,
+    graph: SchemaGraph,
+    examples: Sequence[Sample],
+    *,
+    k: int = 3,
+    with_reasoning: bool = True,
+) -> list[Message]:
+    """Chat messages asking for the SQL of ``question`` (layout in the module docstring).
+
+    Args:
+        question: the user's question (English or Chinese).
+        path: the routed (or gold) join path; None for the no-path condition.
+        schema: the database schema.
+        graph: its schema graph (gives the join skeletons).
+        examples: similar solved questions, most similar first (e.g. from
+            :class:`generator.retrieval.ExampleRetriever`); the first ``k`` are shown.
+        k: how many examples to show (0 for none).
+        with_reasoning: ask for ``<reasoning>`` before ``<answer>``; when False the format is
+            ``<answer>SQL</answer>`` alone (parse with ``require_reasoning=False``).
+
+    Returns:
+        ``[{"role": "system" | "user" | "assistant", "content": str}, ...]``: one system
+        message, ``2 * min(k, len(examples))`` example messages, then the final user message.
+
+    Raises:
+        ConfigError: ``k < 0``.
+        SchemaError: ``path`` names a table the schema lacks or a join the graph lacks.
+    """
+    if k < 0:
+        raise ConfigError(f"k must be >= 0, got {k}", where="k")
+    messages: list[Message] = [{"role": "system", "content": system_message(with_reasoning)}]
+    shown = list(examples[:k])[::-1]  # the most similar example sits next to the real question
+    for ex in shown:
+        ex_path = ex.path if path is not None else None
+        messages.append({"role": "user", "content": _question_block(ex.question, ex_path, graph)})
+        reasoning = path_reasoning(ex.path) if with_reasoning else None
+        messages.append({"role": "assistant", "content": render_completion(ex.sql, reasoning)})
+    if path is None:
+        context = f"Database {schema.name}, all tables:\n{render_compact_schema(schema)}"
+    else:
+        context = f"Tables on the route:\n{render_path_schema(schema, path)}"
+    messages.append({"role": "user", "content": f"{context}\n\n{_question_block(question, path, graph)}"})
+    return messages

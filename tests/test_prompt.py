@@ -1,0 +1,105 @@
+"""The generator prompt on the tiny shop: what it shows for each condition, and its examples."""
+
+from __future__ import annotations
+
+import pytest
+
+from data_pipeline import JoinPath, Sample, SchemaGraph, introspect
+from data_pipeline.errors import ConfigError, SchemaError
+from generator.parsing import parse_answer
+from generator.prompt import build_prompt, render_completion, system_message
+
+ROUTE = JoinPath("customers", ("orders",), "order items")
+
+
+@pytest.fixture
+def shop(tiny_db):
+    schema = introspect(tiny_db)
+    return schema, SchemaGraph(schema)
+
+
+def _examples() -> list[Sample]:
+    return [
+        Sample("shop-1", "shop", "How many items did Bob Chen order?", "en", ROUTE,
+               'SELECT SUM(oi.quantity) FROM customers c JOIN orders o ON o.customer_id = c.id '
+               'JOIN "order items" oi ON oi.order_id = o.id WHERE c.name = \'Bob Chen\''),
+        Sample("shop-2", "shop", "List every product name", "en", JoinPath("products", (), "products"),
+               "SELECT name FROM products"),
+        Sample("shop-3", "shop", "Which city is Alice Martin in?", "en", JoinPath("customers", (), "customers"),
+               "SELECT city FROM customers WHERE name = 'Alice Martin'"),
+    ]
+
+
+def test_routed_prompt_shows_only_the_path(shop):
+    schema, graph = shop
+    msgs = build_prompt("How many items did Carla Diaz order?", ROUTE, schema, graph, _examples(), k=2)
+    assert [m["role"] for m in msgs] == ["system", "user", "assistant", "user", "assistant", "user"]
+    final = msgs[-1]["content"]
+    for table in ("Table customers", "Table orders", 'Table "order items"'):
+        assert table in final
+    for other in ("Table products", "Table categories", "Table suppliers"):
+        assert other not in final
+    assert "  - quantity INTEGER" in final
+    assert "'Alice Martin'" in final  # sample values of customers.name
+    assert "(3 rows)" in final  # customers row count
+    assert 'Join skeleton: FROM "customers" JOIN "orders" ON "orders"."customer_id" = "customers"."id" ' in final
+    assert "Route: customers -> orders -> order items" in final
+    assert final.endswith("Question: How many items did Carla Diaz order?")
+    # the path tables come in route order
+    assert final.index("Table customers") < final.index("Table orders") < final.index('Table "order items"')
+
+
+def test_no_path_prompt_is_whole_compact_schema(shop):
+    schema, graph = shop
+    final = build_prompt("List every product name", None, schema, graph, _examples(), k=3)[-1]["content"]
+    assert "Join skeleton" not in final and "Route:" not in final
+    for line in ("customers(id, name, city)", '"order items"(id, order_id, product_id, quantity)',
+                 "products(id, name, price, category_id, supplier_id)"):
+        assert line in final
+    assert "products.supplier_id -> suppliers.id" in final
+    assert "Alice Martin" not in final  # no sample values in the compact form
+
+
+def test_examples_are_in_the_answer_format(shop):
+    schema, graph = shop
+    examples = _examples()
+    msgs = build_prompt("q", ROUTE, schema, graph, examples, k=3)
+    answers = [m["content"] for m in msgs if m["role"] == "assistant"]
+    # the most similar (first) example is the last one shown, next to the question
+    assert [parse_answer(a).sql for a in answers] == [e.sql for e in reversed(examples)]
+    assert all(parse_answer(a).well_formed for a in answers)
+    assert "Start at customers, reach order items; join customers -> orders -> order items." in answers[-1]
+    example_user = msgs[-3]["content"]
+    assert example_user.startswith("Route: customers -> orders -> order items\nJoin skeleton: FROM")
+    assert "<reasoning>" in msgs[0]["content"] and "<answer>" in msgs[0]["content"]
+
+
+def test_k_limits_and_zero(shop):
+    schema, graph = shop
+    assert len(build_prompt("q", ROUTE, schema, graph, _examples(), k=1)) == 4
+    assert len(build_prompt("q", ROUTE, schema, graph, _examples(), k=0)) == 2
+    assert len(build_prompt("q", ROUTE, schema, graph, _examples()[:1], k=3)) == 4
+    with pytest.raises(ConfigError, match="k must be >= 0"):
+        build_prompt("q", ROUTE, schema, graph, _examples(), k=-1)
+
+
+def test_answer_only_format(shop):
+    schema, graph = shop
+    msgs = build_prompt("q", ROUTE, schema, graph, _examples(), k=1, with_reasoning=False)
+    assert "<reasoning>" not in msgs[0]["content"] and "<answer>" in msgs[0]["content"]
+    assert msgs[2]["content"] == render_completion(_examples()[0].sql, None)
+    assert parse_answer(msgs[2]["content"], require_reasoning=False).well_formed
+    assert system_message(True) != system_message(False)
+
+
+def test_unknown_table_in_path_is_a_schema_error(shop):
+    schema, graph = shop
+    with pytest.raises(SchemaError, match="unknown table 'invoices'"):
+        build_prompt("q", JoinPath("invoices", (), "invoices"), schema, graph, [])
+
+
+def test_prompt_is_deterministic(shop):
+    schema, graph = shop
+    a = build_prompt("q", ROUTE, schema, graph, _examples())
+    b = build_prompt("q", ROUTE, schema, graph, _examples())
+    assert a == b
