@@ -34,7 +34,7 @@ import tarfile
 import tempfile
 import zipfile
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -45,7 +45,7 @@ from data_pipeline.schema import quote_ident
 SAMPLE_NAMES: tuple[str, ...] = ("northwind", "chinook")
 """Names accepted by :func:`load_sample` and :func:`resolve_database`."""
 
-BUILDER_VERSION = 1
+BUILDER_VERSION = 2
 """Bump when a builder changes what it writes; cached files from another version are rebuilt."""
 
 PIP_TIMEOUT_S = 300
@@ -626,6 +626,43 @@ def django_create_table(model: DjangoModel) -> str:
     return f"CREATE TABLE {quote_ident(model.name)} (\n  {body}\n);"
 
 
+def _is_number(value: object) -> bool:
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return True
+    try:
+        float(str(value))
+    except ValueError:
+        return False
+    return True
+
+
+def _numeric_text_fields(models: tuple[DjangoModel, ...], records: list) -> tuple[DjangoModel, ...]:
+    """Declare ``NUMERIC`` a text field whose fixture values are all numbers (Chinook's ``Invoice.Total``).
+
+    ``models.py`` stores money as a ``TextField``; kept as TEXT, ``"Total" > 10`` would compare
+    strings. SQLite's NUMERIC affinity stores ``'1.98'`` as the number 1.98.
+    """
+    seen: dict[tuple[str, str], bool] = {}
+    for rec in records if isinstance(records, list) else []:
+        if not isinstance(rec, dict) or not isinstance(rec.get("fields"), dict):
+            continue
+        model = str(rec.get("model", "")).rpartition(".")[2].lower()
+        for fname, value in rec["fields"].items():
+            if value is not None:
+                key = (model, fname)
+                seen[key] = seen.get(key, True) and _is_number(value)
+    out = []
+    for m in models:
+        fields = tuple(
+            replace(f, sql_type="NUMERIC")
+            if f.sql_type == "TEXT" and f.references is None and seen.get((m.name.lower(), f.name))
+            else f
+            for f in m.fields
+        )
+        out.append(replace(m, fields=fields))
+    return tuple(out)
+
+
 def sqlite_from_django(models_py: str, fixture_json: str, where: str = CHINOOK_FIXTURE.member) -> bytes:
     """Build a SQLite database from a Django ``models.py`` and a fixture; return the file's bytes.
 
@@ -646,6 +683,8 @@ def sqlite_from_django(models_py: str, fixture_json: str, where: str = CHINOOK_F
         raise DataError(f"not valid JSON ({exc.msg})", where=where, line=exc.lineno) from exc
     if not isinstance(records, list):
         raise DataError("a Django fixture must be a JSON list of records", where=where)
+    models = _numeric_text_fields(models, records)
+    by_lower = {m.name.lower(): m for m in models}
     conn = sqlite3.connect(":memory:")
     try:
         for m in models:

@@ -122,7 +122,10 @@ def test_chinook_tables_fks_rows() -> None:
     types = {r[1]: (r[2], r[3], r[5]) for r in conn.execute('PRAGMA table_info("Invoice")')}
     assert types["id"] == ("INTEGER", 1, 1)
     assert types["InvoiceDate"] == ("DATETIME", 1, 0)  # db_column=u'InvoiceDate'
-    assert types["Total"] == ("TEXT", 1, 0)  # a TextField in models.py
+    # a TextField in models.py whose fixture values are all numbers: declared NUMERIC so that
+    # "Total" > 10 compares numbers, not strings
+    assert types["Total"] == ("NUMERIC", 1, 0)
+    assert conn.execute('SELECT typeof("Total"), "Total" FROM "Invoice" WHERE "id" = 1').fetchone() == ("real", 1.98)
     assert types["billingstate"] == ("VARCHAR(40)", 0, 0)  # null=True
     # an FK column holds the referenced primary key, and every reference resolves
     assert conn.execute('SELECT a.title FROM "Track" t JOIN "Album" a ON a.id = t.album_id WHERE t.id = 1').fetchone() == (
