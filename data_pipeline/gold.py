@@ -1,0 +1,108 @@
+"""Gold SQL for a question plan: the path's joins, the asked-for column, the entity filters.
+
+A :class:`Plan` is what a seed question means, independent of its wording: the question family
+(see :mod:`data_pipeline.templates`), the anchor column its entity comes from, the target
+column it asks for, an optional aggregate and an optional second condition. :func:`gold_sql`
+turns a plan and the entity values into one SELECT over ``graph.from_clause(path)``; every
+identifier is quoted (``"Order Details"``), every value is an SQL literal.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from data_pipeline.graph import JoinPath, SchemaGraph
+from data_pipeline.schema import quote_ident
+
+AGGREGATE_FAMILIES = ("count", "agg")
+"""Families whose gold SQL aggregates (one row)."""
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The meaning of a seed question.
+
+    Attributes:
+        family: ``list``, ``lookup``, ``count``, ``agg`` or ``filter``.
+        scope: ``join`` (multi-table path) or ``self`` (single table).
+        entity_column: anchor column the filter value ``{E1}`` comes from.
+        ask_column: target column returned by ``list``/``lookup``/``filter``.
+        num_column: target column aggregated by ``agg``.
+        agg: ``COUNT``, ``SUM`` or ``AVG`` (None when the family does not aggregate).
+        count_column: target column counted distinctly (None: ``COUNT(*)``).
+        filter_column: target column of the second condition ``{E2}`` (``filter`` only).
+        filter_op: ``>=`` (numbers) or ``=`` (text).
+    """
+
+    family: str
+    scope: str
+    entity_column: str
+    ask_column: str | None = None
+    num_column: str | None = None
+    agg: str | None = None
+    count_column: str | None = None
+    filter_column: str | None = None
+    filter_op: str | None = None
+
+    @property
+    def aggregates(self) -> bool:
+        return self.agg is not None
+
+    @property
+    def extra_filter(self) -> bool:
+        return self.filter_column is not None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: v for k, v in asdict(self).items() if v is not None}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Plan:
+        return cls(**{k: d.get(k) for k in cls.__dataclass_fields__})  # type: ignore[arg-type]
+
+
+def sql_literal(value: Any) -> str:
+    """An SQL literal for a database value.
+
+    >>> sql_literal("Bon app'"), sql_literal(18), sql_literal(9.5), sql_literal(True)
+    ("'Bon app'''", '18', '9.5', '1')
+    """
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        return repr(value)
+    if isinstance(value, str):
+        return "'" + value.replace("'", "''") + "'"
+    raise TypeError(f"no SQL literal for {type(value).__name__}")
+
+
+def col(table: str, column: str) -> str:
+    """``"table"."column"``."""
+    return f"{quote_ident(table)}.{quote_ident(column)}"
+
+
+def gold_sql(graph: SchemaGraph, path: JoinPath, plan: Plan, value: Any, second: Any = None) -> str:
+    """The gold query of ``plan`` on ``path`` with the anchor entity ``value`` (and ``second`` for ``filter``).
+
+    >>> from data_pipeline.schema import Schema, Table, Column, ForeignKey
+    >>> s = Schema("s", (Table("a", (Column("id", primary_key=True), Column("name"))),
+    ...                  Table("b", (Column("id", primary_key=True), Column("a_id"), Column("qty")))),
+    ...            (ForeignKey("b", "a_id", "a", "id"),))
+    >>> gold_sql(SchemaGraph(s), JoinPath("a", (), "b"), Plan("agg", "join", "name", num_column="qty", agg="SUM"), "x")
+    'SELECT SUM("b"."qty") FROM "a" JOIN "b" ON "b"."a_id" = "a"."id" WHERE "a"."name" = \\'x\\''
+    """
+    a, t = path.anchor, path.target
+    where = [f"{col(a, plan.entity_column)} = {sql_literal(value)}"]
+    if plan.family in ("list", "lookup", "filter"):
+        select = f"SELECT DISTINCT {col(t, str(plan.ask_column))}"
+    elif plan.family == "count":
+        select = f"SELECT COUNT(DISTINCT {col(t, plan.count_column)})" if plan.count_column else "SELECT COUNT(*)"
+    elif plan.family == "agg":
+        select = f"SELECT {plan.agg}({col(t, str(plan.num_column))})"
+    else:
+        raise ValueError(f"unknown family {plan.family!r}")
+    if plan.filter_column is not None:
+        where.append(f"{col(t, plan.filter_column)} {plan.filter_op} {sql_literal(second)}")
+    return f"{select} {graph.from_clause(path)} WHERE {' AND '.join(where)}"
