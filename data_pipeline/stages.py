@@ -1,0 +1,433 @@
+"""The question-generation stages, applied in order like sqlglot's optimizer rules.
+
+Each stage takes the batch of samples so far and a :class:`StageContext` and returns a new
+batch (the contract is :class:`Stage`); :data:`STAGES` lists them in order:
+
+1. :func:`seed_questions` — for every usable legal path, ``max(3, ceil(samples_per_path / 2))``
+   seed questions from the templates (families in turn, languages in turn, phrasings drawn at
+   random), worded with the sidecar's table/column names. Entity slots ``{E1}``/``{E2}`` stay open.
+2. :func:`paraphrase` — more wordings of each seed (rule-based, or an LLM endpoint), up to
+   ``samples_per_path`` per path; a variant keeps its seed's template id and plan.
+3. :func:`fill_entities` — a real value for ``{E1}`` from the anchor table (drawn among values
+   that reach the target through the path, so the gold SQL returns rows) and for ``{E2}``; the
+   gold SQL; execution on a read-only connection (samples with no rows are dropped and counted);
+   then about ``1 - real_fraction`` of each language's samples get a fuzzy surface instead.
+4. :func:`grade_difficulty` — ``easy``/``medium``/``hard`` (rule in :func:`difficulty`).
+
+Between stages, ``Sample.meta`` carries ``seed`` (the id of the seed question a variant comes
+from), ``plan`` (:class:`~data_pipeline.gold.Plan` as a dict) and ``paraphrase`` (the rules
+applied, None for a seed). These stay in the written records.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import sqlite3
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Protocol
+
+from data_pipeline.backends.sqlite import execute_readonly
+from data_pipeline.entities import TableProfile, fuzz, fuzzable
+from data_pipeline.gold import Plan, col, gold_sql
+from data_pipeline.graph import JoinPath, SchemaGraph
+from data_pipeline.paraphrase import Paraphraser
+from data_pipeline.samples import Entity, Sample
+from data_pipeline.schema import Schema
+from data_pipeline.templates import (
+    AGG_WORDS,
+    FAMILIES_BY_SCOPE,
+    column_words,
+    table_words,
+    templates_for,
+    tidy,
+)
+
+MIN_SEEDS_PER_PATH = 3
+"""Every usable path gets at least this many seed questions."""
+
+HELDOUT_WEIGHT = 0.5
+"""Draw weight of a held-out phrasing relative to a training one: with 2 of 8 phrasings per group
+held out, about 1 seed in 7 (and its paraphrases) goes to ``test_heldout``."""
+
+
+@dataclass
+class StageContext:
+    """Everything a stage may read, plus counters it may add to.
+
+    Attributes:
+        schema, graph: the schema and its graph.
+        db_name: schema name used in sample ids (``northwind``).
+        conn: a read-only connection to the database (``connect_readonly``).
+        paths: the legal paths questions are generated for (paths through empty tables removed).
+        profiles: column roles of every non-empty table (:func:`~data_pipeline.entities.profile_table`).
+        languages: ``("en", "zh")`` or a subset.
+        samples_per_path: wanted samples per path after paraphrasing.
+        real_fraction: share of samples whose entity is the exact database value.
+        paraphraser: the paraphrase function (rule-based or LLM).
+        seed: the random seed; each stage draws from its own generator (:meth:`rng`).
+        timeout_s: limit for one gold query, seconds.
+        counters: ``dropped/<reason>``, ``paraphrase/shortfall`` and similar counts.
+    """
+
+    schema: Schema
+    graph: SchemaGraph
+    db_name: str
+    conn: sqlite3.Connection
+    paths: tuple[JoinPath, ...]
+    profiles: dict[str, TableProfile]
+    languages: tuple[str, ...]
+    samples_per_path: int
+    real_fraction: float
+    paraphraser: Paraphraser
+    seed: int = 0
+    timeout_s: float = 5.0
+    counters: Counter[str] = field(default_factory=Counter)
+    _values: dict[tuple[Any, ...], list[Any]] = field(default_factory=dict, repr=False)
+
+    def rng(self, stage: str) -> random.Random:
+        """A generator for ``stage`` seeded from ``(seed, stage)``: stages do not disturb each other."""
+        return random.Random(f"{self.seed}:{stage}")
+
+    @property
+    def db_path(self) -> Path:
+        return Path(self.schema.source)
+
+    @property
+    def seeds_per_path(self) -> int:
+        return max(MIN_SEEDS_PER_PATH, math.ceil(self.samples_per_path / 2))
+
+
+class Stage(Protocol):
+    """A stage: ``(samples, context) -> samples``. It must not mutate its input samples."""
+
+    __name__: str
+
+    def __call__(self, samples: list[Sample], ctx: StageContext) -> list[Sample]: ...
+
+
+# ---------------------------------------------------------------------------- 1. seeds
+
+
+def _pick(options: tuple[str, ...] | list[str], rng: random.Random, top: int = 2) -> str:
+    """One of the first ``top`` options, the first twice as likely as each other."""
+    head = list(options[:top])
+    weights = [2.0] + [1.0] * (len(head) - 1)
+    return rng.choices(head, weights=weights)[0]
+
+
+def plan_question(family: str, path: JoinPath, ctx: StageContext, rng: random.Random) -> Plan | None:
+    """A plan for ``family`` on ``path``, or None when the tables lack the columns it needs.
+
+    Join scope: the entity comes from the anchor's best name-like columns, the asked-for column
+    from the target's descriptive ones. Self scope: ``lookup`` filters by a name; ``count``,
+    ``agg`` and ``filter`` filter by a category column (city, country) when there is one.
+    """
+    a, t = ctx.profiles[path.anchor], ctx.profiles[path.target]
+    scope = "self" if path.hops == 0 else "join"
+    if scope == "join" or family == "lookup":
+        entity = _pick(a.names, rng) if a.names else a.entity[0]
+    else:
+        entity = rng.choice(a.categories) if a.categories else a.entity[0]
+    asked = [c for c in t.descriptive if not (scope == "self" and c == entity)]
+    if family in ("list", "lookup"):
+        return Plan(family, scope, entity, ask_column=_pick(asked, rng, 3)) if asked else None
+    if family == "count":
+        count_col = t.count_key if scope == "join" else None
+        return Plan(family, scope, entity, agg="COUNT", count_column=count_col)
+    if family == "agg":
+        nums = [c for c in t.numeric if c != entity]
+        if not nums:
+            return None
+        return Plan(family, scope, entity, num_column=rng.choice(nums), agg=rng.choice(("SUM", "AVG")))
+    if family == "filter":
+        if not asked:
+            return None
+        ask = asked[0]
+        nums = [c for c in t.numeric if c not in (entity, ask)]
+        cats = [c for c in t.categories if c not in (entity, ask)]
+        if nums:
+            return Plan(family, scope, entity, ask_column=ask, filter_column=rng.choice(nums), filter_op=">=")
+        if cats:
+            return Plan(family, scope, entity, ask_column=ask, filter_column=cats[0], filter_op="=")
+        return None
+    raise ValueError(f"unknown family {family!r}")
+
+
+def words_for(plan: Plan, path: JoinPath, schema: Schema, language: str) -> dict[str, str]:
+    """Values for the template placeholders (see :mod:`data_pipeline.templates`)."""
+    a, t = schema.table(path.anchor), schema.table(path.target)
+    a_sg, a_pl = table_words(a, language)
+    t_sg, t_pl = table_words(t, language)
+    words = {"a": a_sg, "a_pl": a_pl, "t": t_sg, "t_pl": t_pl, "acol": column_words(a.column(plan.entity_column), language)}
+    if plan.ask_column:
+        words["tcol"] = column_words(t.column(plan.ask_column), language)
+    if plan.num_column:
+        words["ncol"] = column_words(t.column(plan.num_column), language)
+    if plan.agg in ("SUM", "AVG"):
+        words["agg"] = AGG_WORDS[language][plan.agg]
+    return words
+
+
+def protected_words(plan: Plan, path: JoinPath, schema: Schema, language: str) -> list[str]:
+    """Table and column words a paraphrase must keep (routing cues)."""
+    w = words_for(plan, path, schema, language)
+    return [v for k, v in w.items() if k != "agg"]
+
+
+class _Slots(dict):
+    def __missing__(self, key: str) -> str:
+        return "{" + key + "}"
+
+
+def render(text: str, words: dict[str, str], language: str) -> str:
+    """Fill a template's word placeholders; ``{E1}``/``{E2}`` stay. First letter upper-cased in English."""
+    out = tidy(text.format_map(_Slots(words)), language)
+    return out[0].upper() + out[1:] if language == "en" and out and out[0].islower() else out
+
+
+def seed_questions(samples: list[Sample], ctx: StageContext) -> list[Sample]:
+    """Stage 1: ``ctx.seeds_per_path`` seed questions for every path in ``ctx.paths`` (input ignored)."""
+    rng = ctx.rng("seed_questions")
+    out: list[Sample] = []
+    for path in ctx.paths:
+        scope = "self" if path.hops == 0 else "join"
+        plans: dict[str, Plan] = {}
+        for family in FAMILIES_BY_SCOPE[scope]:
+            plan = plan_question(family, path, ctx, rng)
+            if plan is not None:
+                plans[family] = plan
+        families = list(plans)
+        rng.shuffle(families)
+        lang_start = rng.randrange(len(ctx.languages))
+        used: set[str] = set()
+        for i in range(ctx.seeds_per_path):
+            family = families[i % len(families)]
+            language = ctx.languages[(lang_start + i) % len(ctx.languages)]
+            # a fresh plan for repeated families, so the columns vary too
+            plan = plans[family] if i < len(families) else plan_question(family, path, ctx, rng) or plans[family]
+            options = [t for t in templates_for(family, scope, language) if t.id not in used]
+            tpl = rng.choices(options, weights=[HELDOUT_WEIGHT if t.heldout else 1.0 for t in options])[0]
+            used.add(tpl.id)
+            sid = f"{ctx.db_name}-s{len(out)}"
+            text = render(tpl.text, words_for(plan, path, ctx.schema, language), language)
+            out.append(
+                Sample(
+                    id=sid,
+                    db=ctx.db_name,
+                    question=text,
+                    language=language,
+                    path=path,
+                    sql="",
+                    template_id=tpl.id,
+                    meta={"seed": sid, "plan": plan.to_dict(), "paraphrase": None},
+                )
+            )
+    return out
+
+
+# ---------------------------------------------------------------------------- 2. paraphrases
+
+
+def paraphrase(samples: list[Sample], ctx: StageContext) -> list[Sample]:
+    """Stage 2: add paraphrases of each seed until its path has ``samples_per_path`` samples.
+
+    The extra variants of a path are spread over its seeds in turn. A paraphraser that cannot
+    find enough distinct wordings leaves the path short; ``paraphrase/shortfall`` counts it.
+    """
+    rng = ctx.rng("paraphrase")
+    by_path: dict[JoinPath, list[Sample]] = defaultdict(list)
+    for s in samples:
+        by_path[s.path].append(s)
+    out: list[Sample] = []
+    for path, seeds in by_path.items():
+        extra = max(0, ctx.samples_per_path - len(seeds))
+        for j, seed in enumerate(seeds):
+            out.append(seed)
+            want = extra // len(seeds) + (1 if j < extra % len(seeds) else 0)
+            if want == 0:
+                continue
+            plan = Plan.from_dict(seed.meta["plan"])
+            keep = protected_words(plan, path, ctx.schema, seed.language)
+            variants = ctx.paraphraser(seed.question, seed.language, want, rng, keep)
+            ctx.counters["paraphrase/shortfall"] += want - len(variants)
+            for k, (text, rule) in enumerate(variants):
+                out.append(
+                    replace(seed, id=f"{seed.id}-p{k}", question=text, meta={**seed.meta, "paraphrase": rule})
+                )
+    return out
+
+
+# ---------------------------------------------------------------------------- 3. entities
+
+
+def _candidates(ctx: StageContext, path: JoinPath, plan: Plan, value: Any = None) -> list[Any]:
+    """Distinct anchor values that reach a non-null target value through ``path`` (sorted).
+
+    With ``value``, the distinct values of the plan's filter column for that anchor value.
+    """
+    needed = [c for c in (plan.ask_column, plan.num_column, plan.count_column) if c]
+    key = (path, plan.entity_column, tuple(needed), plan.filter_column if value is not None else None, value)
+    if key in ctx._values:
+        return ctx._values[key]
+    a, t = path.anchor, path.target
+    conds = [f"{col(a, plan.entity_column)} IS NOT NULL"] + [f"{col(t, c)} IS NOT NULL" for c in needed]
+    if value is None:
+        what = col(a, plan.entity_column)
+        params: tuple[Any, ...] = ()
+    else:
+        what = col(t, str(plan.filter_column))
+        conds += [f"{col(a, plan.entity_column)} = ?", f"{what} IS NOT NULL"]
+        params = (value,)
+    sql = (
+        f"SELECT DISTINCT {what} {ctx.graph.from_clause(path)} WHERE {' AND '.join(conds)} "
+        f"AND typeof({what}) IN ('text', 'integer', 'real') ORDER BY 1"
+    )
+    values = [r[0] for r in ctx.conn.execute(sql, params)]
+    ctx._values[key] = values
+    return values
+
+
+def _show(value: Any) -> str:
+    """How a value reads in a question: ``18.0`` -> ``18``."""
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
+
+
+def _condition_words(plan: Plan, path: JoinPath, schema: Schema, language: str, value: Any) -> str:
+    fcol = column_words(schema.table(path.target).column(str(plan.filter_column)), language)
+    if plan.filter_op == ">=":
+        return f"{fcol}不低于{_show(value)}" if language == "zh" else f"{fcol} of at least {_show(value)}"
+    return f"{fcol}为 {_show(value)} " if language == "zh" else f"{fcol} {_show(value)}"
+
+
+def _entity_words(s: Sample, entity: Entity, schema: Schema) -> str:
+    """The text for ``{E1}``: the surface, qualified by its column for numbers and codes
+    ("order detail with quantity 12") unless the question already names the column."""
+    if fuzzable(entity.value):
+        return entity.surface
+    words = column_words(schema.table(entity.table).column(entity.column), s.language)
+    if words.lower() in s.question.lower():
+        return entity.surface
+    return f"（{words} {entity.surface}）" if s.language == "zh" else f"with {words} {entity.surface}"
+
+
+def _threshold(value: Any) -> Any:
+    """A round lower bound that keeps ``value`` itself: ``18.75`` -> ``18``, ``0.15`` -> ``0.15``."""
+    if not isinstance(value, float):
+        return value
+    if abs(value) < 10:
+        return math.floor(value * 100) / 100
+    return math.floor(value)
+
+
+def fill_entities(samples: list[Sample], ctx: StageContext) -> list[Sample]:
+    """Stage 3: entity values, gold SQL, execution check, then real/fuzzy surfaces.
+
+    A sample is dropped (counted under ``dropped/<reason>``) when its path offers no value
+    (``no_values``), its gold SQL fails (``sql_error``), returns no rows (``no_rows``), or
+    aggregates to NULL or 0 (``empty_aggregate``).
+    """
+    rng = ctx.rng("fill_entities")
+    kept: list[Sample] = []
+    for s in samples:
+        plan = Plan.from_dict(s.meta["plan"])
+        values = _candidates(ctx, s.path, plan)
+        if not values:
+            ctx.counters["dropped/no_values"] += 1
+            continue
+        value = rng.choice(values)
+        second = None
+        entities = [Entity(s.path.anchor, plan.entity_column, value, _show(value), "real", None)]
+        if plan.filter_column is not None:
+            options = _candidates(ctx, s.path, plan, value)
+            if not options:
+                ctx.counters["dropped/no_values"] += 1
+                continue
+            # not the smallest value: a threshold at the minimum would filter nothing
+            raw = rng.choice(options[1:] if plan.filter_op == ">=" and len(options) > 1 else options)
+            second = _threshold(raw) if plan.filter_op == ">=" else raw
+            entities.append(Entity(s.path.target, plan.filter_column, second, _show(second), "real", None))
+        sql = gold_sql(ctx.graph, s.path, plan, value, second)
+        res = execute_readonly(ctx.conn, sql, timeout_s=ctx.timeout_s)
+        if not res.ok:
+            ctx.counters["dropped/sql_error"] += 1
+            continue
+        if not res.rows:
+            ctx.counters["dropped/no_rows"] += 1
+            continue
+        if plan.aggregates and res.rows[0][0] in (None, 0):
+            ctx.counters["dropped/empty_aggregate"] += 1
+            continue
+        kept.append(replace(s, sql=sql, entities=tuple(entities), entity_kind="real", n_rows=len(res.rows)))
+
+    # fuzzy surfaces: per language, about (1 - real_fraction) of the samples, drawn among fuzzable ones
+    fuzzy_at: dict[int, tuple[str, str]] = {}
+    for language in ctx.languages:
+        idx = [i for i, s in enumerate(kept) if s.language == language]
+        want = round((1.0 - ctx.real_fraction) * len(idx))
+        pool = [i for i in idx if fuzzable(kept[i].entities[0].value)]
+        rng.shuffle(pool)
+        got = 0
+        for i in pool:
+            if got >= want:
+                break
+            out = fuzz(kept[i].entities[0].value, rng)
+            if out is not None:
+                fuzzy_at[i] = out
+                got += 1
+        ctx.counters["fuzzy/shortfall"] += want - got
+
+    out: list[Sample] = []
+    for i, s in enumerate(kept):
+        first = s.entities[0]
+        if i in fuzzy_at:
+            surface, kind = fuzzy_at[i]
+            first = replace(first, surface=surface, kind="fuzzy", fuzz=kind)
+        ents = (first, *s.entities[1:])
+        question = s.question.replace("{E1}", _entity_words(s, first, ctx.schema))
+        if len(ents) > 1:
+            plan = Plan.from_dict(s.meta["plan"])
+            question = question.replace("{E2}", _condition_words(plan, s.path, ctx.schema, s.language, ents[1].value))
+        out.append(replace(s, question=tidy(question, s.language), entities=ents, entity_kind=first.kind))
+    return out
+
+
+# ---------------------------------------------------------------------------- 4. difficulty
+
+
+def difficulty(hops: int, aggregates: bool, extra_filter: bool) -> str:
+    """Grade from points = hops + 1 if the SQL aggregates + 1 if it has a second filter.
+
+    ``easy`` for 0-1 points, ``medium`` for 2, ``hard`` for 3 or more: a plain 3-hop question is
+    hard, a 2-hop count is hard, a 1-hop count is medium, a single-table count is easy.
+
+    >>> difficulty(0, True, False), difficulty(1, False, False), difficulty(2, False, False), difficulty(2, True, False)
+    ('easy', 'easy', 'medium', 'hard')
+    """
+    points = hops + int(aggregates) + int(extra_filter)
+    return "easy" if points <= 1 else "medium" if points == 2 else "hard"
+
+
+def grade_difficulty(samples: list[Sample], ctx: StageContext) -> list[Sample]:
+    """Stage 4: set ``difficulty`` from the path's hops and the plan (rule in :func:`difficulty`)."""
+    out = []
+    for s in samples:
+        plan = Plan.from_dict(s.meta["plan"])
+        out.append(replace(s, difficulty=difficulty(s.path.hops, plan.aggregates, plan.extra_filter)))
+    return out
+
+
+STAGES: tuple[Stage, ...] = (seed_questions, paraphrase, fill_entities, grade_difficulty)
+"""The stages in the order :func:`run_stages` applies them."""
+
+
+def run_stages(ctx: StageContext, stages: tuple[Stage, ...] = STAGES) -> list[Sample]:
+    """Apply ``stages`` in order, starting from an empty batch."""
+    samples: list[Sample] = []
+    for stage in stages:
+        samples = stage(samples, ctx)
+    return samples
