@@ -34,7 +34,9 @@ count, so ``<reasoning></reasoning><answer></answer>`` cannot farm the format re
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 REASONING_OPEN, REASONING_CLOSE = "<reasoning>", "</reasoning>"
 ANSWER_OPEN, ANSWER_CLOSE = "<answer>", "</answer>"
@@ -63,6 +65,27 @@ class ParsedAnswer:
     reasoning: str | None
     well_formed: bool
     reason: str
+
+
+def completion_text(completion: str | Sequence[Mapping[str, Any]]) -> str:
+    """The generated text of one completion: a string as is, or the last message's content.
+
+    TRL passes conversational completions as ``[{"role": "assistant", "content": ...}]``; both
+    forms are accepted so the reward functions work inside TRL's ``GRPOTrainer`` too.
+
+    >>> completion_text("<answer>SELECT 1</answer>")
+    '<answer>SELECT 1</answer>'
+    >>> completion_text([{"role": "assistant", "content": "hi"}])
+    'hi'
+    >>> completion_text([])
+    ''
+    """
+    if isinstance(completion, str):
+        return completion
+    if not completion:
+        return ""
+    content = completion[-1].get("content", "")
+    return content if isinstance(content, str) else ""
 
 
 def clean_sql(text: str) -> str | None:

@@ -1,0 +1,467 @@
+"""Execution correctness: run the predicted and the gold SQL, compare the rows.
+
+Two comparisons, shared by the GRPO reward and by evaluation:
+
+- :func:`rows_f1` (the reward, SPEC section 6): a soft F1 over rows taken as multisets, so a
+  query returning 100 rows of which 99 are right scores 0.99 instead of 0.
+- :func:`results_match` (execution accuracy, SPEC section 7): the exact-match rule of Spider's
+  test-suite evaluator (``result_eq`` in taoyds/test-suite-sql-eval ``exec_eval.py``): rows
+  compared as a multiset, in order only when the gold query has a top-level ORDER BY
+  (:func:`gold_is_ordered`), and columns matched up to a permutation.
+
+Both normalise every value first (:func:`normalize_value`): numbers are compared to
+:data:`SIGNIFICANT_DIGITS` significant digits (about 1e-6 relative), an integral float equals
+the integer (``AVG`` gives ``3.0`` where ``SUM`` gives ``3``), ``NULL`` equals ``NULL``, and
+strings compare exactly (no case folding, no trimming).
+
+**Permuted columns.** ``SELECT name, city`` and ``SELECT city, name`` answer the same question;
+Spider's evaluator accepts them, and so do we. As there, the candidate permutations are
+constrained: a predicted column can stand for a gold column only when their value sets agree
+(:func:`results_match`: equal sets; :func:`rows_f1`: overlapping sets), the identity order is
+tried first, and at most :data:`MAX_PERMUTATIONS` candidates are scored. Unlike the test-suite
+evaluator, which samples 20 rows to build the constraints, we use every row, so the result is
+deterministic. A different number of columns never matches.
+
+**Empty results.** Two empty results are equal (F1 1.0), as in Spider; one empty result against
+a non-empty one scores 0.
+
+**Running the queries** (:class:`ExecutionScorer`, :func:`execution_reward`): both queries go
+through :class:`data_pipeline.backends.sqlite.SQLiteExecutor`: one read-only SELECT, a timeout
+enforced inside SQLite, at most ``max_rows`` rows. A predicted query that is rejected, fails,
+times out, or returns more than ``max_rows`` rows (when the gold result does not) scores 0.0
+with its reason logged (logger ``rewards.sql_execution``; rejections, timeouts and too many
+rows at WARNING, other failures at DEBUG). Gold results are cached per (database file, gold SQL). A gold query
+that *fails* raises :class:`~data_pipeline.errors.DataError`: seed 000 trained all night on an
+execution reward that was silently 0 because the database path was wrong, so a gold query that
+cannot run on the given database stops the run instead. A gold query that times out or exceeds
+``max_rows`` cannot be judged: that item scores None (not applicable), with a warning.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import math
+import threading
+from collections import Counter, OrderedDict
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import sqlglot
+from sqlglot import exp
+
+from data_pipeline.backends.sqlite import ExecutionResult, SQLiteExecutor
+from data_pipeline.errors import ConfigError, DataError
+from generator.parsing import completion_text, parse_answer
+
+logger = logging.getLogger(__name__)
+
+SIGNIFICANT_DIGITS = 7
+"""Numbers are rounded to this many significant digits before comparison (~1e-6 relative)."""
+
+MAX_PERMUTATIONS = 120
+"""Most column permutations scored per comparison (identity included); 5! = 120."""
+
+Row = tuple[Any, ...]
+
+
+def normalize_value(value: Any) -> Any:
+    """One cell as it is compared: numbers rounded to :data:`SIGNIFICANT_DIGITS` digits.
+
+    Integral results become ``int``; other types pass through unchanged.
+
+    >>> normalize_value(3.0), normalize_value(True), normalize_value(None)
+    (3, 1, None)
+    >>> normalize_value(0.1 + 0.2) == normalize_value(0.3)
+    True
+    >>> normalize_value(2.5000001) == normalize_value(2.5)
+    True
+    >>> normalize_value(2.51) == normalize_value(2.5)
+    False
+    """
+    if isinstance(value, bool):
+        return int(value)
+    if isinstance(value, int):
+        if abs(value) < 10**SIGNIFICANT_DIGITS:
+            return value
+        value = float(value)
+    if isinstance(value, float):
+        if math.isnan(value) or math.isinf(value) or value == 0.0:
+            return 0 if value == 0.0 else value
+        rounded = float(f"{value:.{SIGNIFICANT_DIGITS}g}")
+        return int(rounded) if rounded.is_integer() else rounded
+    return value
+
+
+def normalize_rows(rows: Sequence[Sequence[Any]]) -> list[Row]:
+    """Every cell of every row through :func:`normalize_value`, rows as tuples."""
+    return [tuple(normalize_value(v) for v in row) for row in rows]
+
+
+def _multiset_f1(pred: Sequence[Row], gold: Sequence[Row]) -> float:
+    if not pred and not gold:
+        return 1.0
+    if not pred or not gold:
+        return 0.0
+    common = sum((Counter(pred) & Counter(gold)).values())
+    if common == 0:
+        return 0.0
+    precision, recall = common / len(pred), common / len(gold)
+    return 2 * precision * recall / (precision + recall)
+
+
+def _permutations(candidates: list[list[int]]) -> Iterator[tuple[int, ...]]:
+    """Injective choices, one candidate column per gold column; identity first, at most MAX_PERMUTATIONS."""
+    n = len(candidates)
+    identity = tuple(range(n))
+    if all(i in c for i, c in enumerate(candidates)):
+        yield identity
+        tried = 1
+    else:
+        tried = 0
+    for perm in itertools.product(*candidates):
+        if tried >= MAX_PERMUTATIONS:
+            return
+        if perm == identity or len(set(perm)) != n:
+            continue
+        tried += 1
+        yield perm
+
+
+def _columns(rows: Sequence[Row], n: int) -> list[set[Any]]:
+    return [{row[i] for row in rows} for i in range(n)]
+
+
+def rows_f1(pred_rows: Sequence[Sequence[Any]], gold_rows: Sequence[Sequence[Any]]) -> float:
+    """Soft F1 between two results, rows as multisets, best over column permutations.
+
+    ``precision = matched / len(pred)``, ``recall = matched / len(gold)``, where ``matched`` counts
+    rows in the multiset intersection (a duplicated row counts as often as both sides have it).
+    Row order is ignored: the reward pays for the right rows; :func:`results_match` judges order.
+
+    Args:
+        pred_rows: rows of the predicted query, ``(n_pred, n_cols)``.
+        gold_rows: rows of the gold query, ``(n_gold, n_cols)``.
+
+    Returns:
+        A float in ``[0, 1]``; 1.0 for two empty results, 0.0 when the column counts differ.
+
+    >>> gold = [(i,) for i in range(100)]
+    >>> rows_f1(gold[:99] + [(-1,)], gold)  # 99 of 100 rows right
+    0.99
+    >>> rows_f1([(1, "a"), (1, "a")], [(1, "a")])  # a duplicated row is a wrong extra row
+    0.6666666666666666
+    >>> rows_f1([("a", 1)], [(1, "a")])  # permuted columns
+    1.0
+    """
+    pred, gold = normalize_rows(pred_rows), normalize_rows(gold_rows)
+    if not pred or not gold:
+        return _multiset_f1(pred, gold)
+    n = len(gold[0])
+    if len(pred[0]) != n:
+        return 0.0
+    gold_cols, pred_cols = _columns(gold, n), _columns(pred, n)
+    candidates = []
+    for gc in gold_cols:
+        overlap = sorted(((len(gc & pc), j) for j, pc in enumerate(pred_cols) if gc & pc), reverse=True)
+        if not overlap:
+            return 0.0  # no predicted column shares a value with this gold column: no row can match
+        candidates.append([j for _, j in overlap])
+    best = 0.0
+    for perm in _permutations(candidates):
+        permuted = pred if perm == tuple(range(n)) else [tuple(row[j] for j in perm) for row in pred]
+        best = max(best, _multiset_f1(permuted, gold))
+        if best == 1.0:
+            break
+    return best
+
+
+def results_match(pred_rows: Sequence[Sequence[Any]], gold_rows: Sequence[Sequence[Any]], *, ordered: bool) -> bool:
+    """Spider test-suite exact match: same rows (as a multiset, or as a list when ``ordered``).
+
+    Args:
+        pred_rows: rows of the predicted query.
+        gold_rows: rows of the gold query.
+        ordered: compare row order too; pass :func:`gold_is_ordered` of the gold SQL.
+
+    Returns:
+        True when some column permutation (constrained as in the module docstring) makes the
+        two results equal.
+
+    >>> results_match([(2,), (1,)], [(1,), (2,)], ordered=False)
+    True
+    >>> results_match([(2,), (1,)], [(1,), (2,)], ordered=True)
+    False
+    >>> results_match([(1,), (1,)], [(1,)], ordered=False)  # duplicates count
+    False
+    >>> results_match([], [], ordered=True)
+    True
+    """
+    pred, gold = normalize_rows(pred_rows), normalize_rows(gold_rows)
+    if not pred and not gold:
+        return True
+    if len(pred) != len(gold):
+        return False
+    n = len(gold[0])
+    if len(pred[0]) != n:
+        return False
+    # quick reject (test-suite ``quick_rej``): compare rows with their cells sorted
+    def unordered(rows: list[Row]) -> list[Row]:
+        return [tuple(sorted(row, key=_sort_key)) for row in rows]
+
+    if ordered:
+        if unordered(pred) != unordered(gold):
+            return False
+    elif Counter(unordered(pred)) != Counter(unordered(gold)):
+        return False
+    gold_cols, pred_cols = _columns(gold, n), _columns(pred, n)
+    candidates = [[j for j, pc in enumerate(pred_cols) if pc == gc] for gc in gold_cols]
+    if any(not c for c in candidates):
+        return False
+    gold_counts = None if ordered else Counter(gold)
+    for perm in _permutations(candidates):
+        permuted = [tuple(row[j] for j in perm) for row in pred]
+        if (permuted == gold) if ordered else (Counter(permuted) == gold_counts):
+            return True
+    return False
+
+
+def _sort_key(value: Any) -> tuple[int, Any]:
+    if value is None:
+        return (0, 0)
+    if isinstance(value, int | float):
+        return (1, value)
+    if isinstance(value, str):
+        return (2, value)
+    return (3, repr(value))
+
+
+def gold_is_ordered(sql: str) -> bool:
+    """Whether the result order of ``sql`` is defined: its outermost query has ORDER BY.
+
+    Spider's test-suite evaluator tests ``'order by' in gold.lower()``; that also fires on an
+    ORDER BY inside a subquery or a string, which does not fix the order of the output. We read
+    the parse tree (SQLite dialect) and fall back to the string test only when parsing fails.
+
+    >>> gold_is_ordered("SELECT name FROM t ORDER BY name")
+    True
+    >>> gold_is_ordered("SELECT * FROM (SELECT name FROM t ORDER BY name LIMIT 3)")
+    False
+    >>> gold_is_ordered("SELECT a FROM t UNION SELECT b FROM u ORDER BY 1")
+    True
+    """
+    try:
+        tree = sqlglot.parse_one(sql, read="sqlite")
+    except (sqlglot.errors.ParseError, sqlglot.errors.TokenError):
+        return "order by" in " ".join(sql.lower().split())
+    while isinstance(tree, exp.Subquery):
+        tree = tree.this
+    return tree is not None and tree.args.get("order") is not None
+
+
+# --------------------------------------------------------------------------- running queries
+
+
+@dataclass(frozen=True)
+class ExecutionScore:
+    """The execution outcome of one predicted query against its gold query.
+
+    Attributes:
+        f1: :func:`rows_f1` in ``[0, 1]``; 0.0 for a query that did not run; None when the item
+            cannot be judged (no gold SQL, or a gold result that timed out or was truncated).
+        exact: :func:`results_match` with the gold query's ORDER BY rule (execution accuracy).
+        reason: ``"match"``, ``"rows differ"`` or why the query scored 0 / None.
+        pred: the predicted query's :class:`ExecutionResult`; None when it never ran.
+    """
+
+    f1: float | None
+    exact: bool
+    reason: str
+    pred: ExecutionResult | None = None
+
+
+class ExecutionScorer:
+    """Runs predicted queries, compares them with cached gold results, explains each score.
+
+    Args:
+        executor: the :class:`SQLiteExecutor` to run on (one with cached connections is made
+            when None; pass your own to share it).
+        timeout_s: seconds each query may run (predicted and gold alike).
+        max_rows: rows kept per result; more makes a predicted result score 0.
+        cache_size: gold results kept (least recently used dropped first).
+
+    Raises:
+        ConfigError: ``timeout_s <= 0``, ``max_rows < 1`` or ``cache_size < 1``.
+
+    Thread-safe: the gold cache has a lock and the executor serialises queries per file.
+    """
+
+    def __init__(self, executor: SQLiteExecutor | None = None, *, timeout_s: float = 5.0, max_rows: int = 10_000,
+                 cache_size: int = 4096):  # fmt: skip
+        if timeout_s <= 0:
+            raise ConfigError(f"must be positive, got {timeout_s}", where="timeout_s")
+        if max_rows < 1:
+            raise ConfigError(f"must be >= 1, got {max_rows}", where="max_rows")
+        if cache_size < 1:
+            raise ConfigError(f"must be >= 1, got {cache_size}", where="cache_size")
+        self.executor = executor or SQLiteExecutor(timeout_s=timeout_s, max_rows=max_rows)
+        self.timeout_s = timeout_s
+        self.max_rows = max_rows
+        self.cache_size = cache_size
+        self._gold: OrderedDict[tuple[str, str], ExecutionResult] = OrderedDict()
+        self._lock = threading.Lock()
+        self.gold_executions = 0
+        """Gold queries actually run (cache misses), for tests and benchmarks."""
+
+    def _run(self, db: str | Path, sql: str) -> ExecutionResult:
+        return self.executor.execute(db, sql, timeout_s=self.timeout_s, max_rows=self.max_rows)
+
+    def gold_result(self, db: str | Path, gold_sql: str) -> ExecutionResult:
+        """The gold query's result, run once per (resolved database path, SQL) and cached.
+
+        Raises:
+            DataError: the gold query is rejected or fails (wrong database?).
+            SchemaError: ``db`` is missing or not a SQLite file.
+        """
+        key = (str(Path(db).expanduser().resolve()), gold_sql)
+        with self._lock:
+            hit = self._gold.get(key)
+            if hit is not None:
+                self._gold.move_to_end(key)
+                return hit
+        result = self._run(db, gold_sql)
+        if not result.ok and not result.timed_out:
+            raise DataError(
+                f"the gold SQL does not run on this database ({result.error}); is it the database the data set "
+                f"was built from? gold SQL: {gold_sql}",
+                where=key[0],
+            )
+        with self._lock:
+            self.gold_executions += 1
+            self._gold[key] = result
+            while len(self._gold) > self.cache_size:
+                self._gold.popitem(last=False)
+        return result
+
+    def score(self, db: str | Path, pred_sql: str | None, gold_sql: str | None) -> ExecutionScore:
+        """Score one predicted query (see the module docstring for every outcome).
+
+        Raises:
+            DataError: the gold query fails on ``db``.
+            SchemaError: ``db`` is missing or not a SQLite file.
+        """
+        if gold_sql is None:
+            return ExecutionScore(None, False, "no gold SQL")
+        gold = self.gold_result(db, gold_sql)
+        if not gold.ok:
+            logger.warning("gold SQL cannot be judged (%s): %s", gold.error, gold_sql)
+            return ExecutionScore(None, False, f"gold SQL {gold.error}")
+        if gold.truncated:
+            logger.warning("gold SQL returns more than %d rows; item not judged: %s", self.max_rows, gold_sql)
+            return ExecutionScore(None, False, f"gold result has more than {self.max_rows} rows")
+        if pred_sql is None:
+            return ExecutionScore(0.0, False, "no SQL in the completion")
+        pred = self._run(db, pred_sql)
+        if not pred.ok:
+            level = logging.WARNING if pred.timed_out or (pred.error or "").startswith("rejected") else logging.DEBUG
+            logger.log(level, "predicted SQL scored 0 (%s): %s", pred.error, pred_sql)
+            return ExecutionScore(0.0, False, str(pred.error), pred)
+        if pred.truncated:
+            reason = f"returned more than {self.max_rows} rows (gold has {len(gold.rows or [])})"
+            logger.warning("predicted SQL scored 0 (%s): %s", reason, pred_sql)
+            return ExecutionScore(0.0, False, reason, pred)
+        pred_rows, gold_rows = pred.rows or [], gold.rows or []
+        f1 = rows_f1(pred_rows, gold_rows)
+        exact = results_match(pred_rows, gold_rows, ordered=gold_is_ordered(gold_sql))
+        if exact:
+            reason = "match"
+        elif f1 == 1.0:
+            reason = "right rows, wrong order"
+        else:
+            reason = f"rows differ ({len(pred_rows)} returned, {len(gold_rows)} expected)"
+        if not exact:
+            logger.debug("predicted SQL scored %.3f (%s): %s", f1, reason, pred_sql)
+        return ExecutionScore(f1, exact, reason, pred)
+
+
+def _per_item(value: str | Path | Sequence[str | Path], n: int, name: str) -> list[str | Path]:
+    if isinstance(value, str | Path):
+        return [value] * n
+    items = list(value)
+    if len(items) != n:
+        raise ValueError(f"{n} completions but {len(items)} values of {name}")
+    return items
+
+
+def execution_scores(
+    completions: Sequence[Any],
+    gold_sql: Sequence[str | None],
+    db_path: str | Path | Sequence[str | Path],
+    *,
+    scorer: ExecutionScorer | None = None,
+) -> list[ExecutionScore]:
+    """:meth:`ExecutionScorer.score` for a batch of completions (SQL read by ``parse_answer``).
+
+    Args:
+        completions: generated texts, or TRL-style message lists (the last message is read).
+        gold_sql: one gold query per completion (None: not applicable).
+        db_path: the database, one for all or one per completion.
+        scorer: reuse this scorer (and its gold cache); a new one with default limits when None.
+
+    Raises:
+        ValueError: lengths differ.
+        DataError, SchemaError: as :meth:`ExecutionScorer.score`.
+    """
+    if len(completions) != len(gold_sql):
+        raise ValueError(f"{len(completions)} completions but {len(gold_sql)} gold queries")
+    dbs = _per_item(db_path, len(completions), "db_path")
+    scorer = scorer or ExecutionScorer()
+    out = []
+    for c, gold, db in zip(completions, gold_sql, dbs, strict=True):
+        parsed = parse_answer(completion_text(c))
+        score = scorer.score(db, parsed.sql, gold)
+        if parsed.sql is None and score.f1 == 0.0:
+            score = ExecutionScore(0.0, False, f"no SQL in the completion ({parsed.reason})")
+            logger.debug("predicted SQL scored 0 (%s)", score.reason)
+        out.append(score)
+    return out
+
+
+def execution_reward(
+    completions: Sequence[Any],
+    gold_sql: Sequence[str | None],
+    db_path: str | Path | Sequence[str | Path],
+    *,
+    scorer: ExecutionScorer | None = None,
+    **kwargs: Any,
+) -> list[float | None]:
+    """Soft row F1 of each completion's query against its gold query (seed 000 weight: 3.0).
+
+    Args:
+        completions: generated texts, or TRL-style message lists (the last message is read).
+        gold_sql: one gold query per completion; None where there is none.
+        db_path: the SQLite file, one for all or one per completion (a data set column).
+        scorer: an :class:`ExecutionScorer` to reuse across calls (keeps the gold cache and the
+            connections); a fresh one when None.
+        **kwargs: ignored (TRL passes prompts and other data set columns).
+
+    Returns:
+        One value per completion, shape ``(batch,)``: :attr:`ExecutionScore.f1` (0.0 for a query
+        that was rejected, failed, timed out or returned too many rows; None when the item
+        cannot be judged).
+
+    Raises:
+        ValueError: lengths differ.
+        DataError: a gold query fails on the database (wrong database path?).
+        SchemaError: the database file is missing or not SQLite.
+
+    >>> import os, sqlite3, tempfile
+    >>> db = os.path.join(tempfile.mkdtemp(), "t.sqlite")
+    >>> sqlite3.connect(db).executescript("CREATE TABLE t (x); INSERT INTO t VALUES (1), (2), (3), (4);").close()
+    >>> execution_reward(["<answer>SELECT x FROM t</answer>", "<answer>SELECT x FROM t WHERE x < 4</answer>",
+    ...                   "<answer>DROP TABLE t</answer>"], ["SELECT x FROM t"] * 3, db)
+    [1.0, 0.8571428571428571, 0.0]
+    """
+    return [s.f1 for s in execution_scores(completions, gold_sql, db_path, scorer=scorer)]
