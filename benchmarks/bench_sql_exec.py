@@ -1,0 +1,170 @@
+"""How much the guards of ``data_pipeline.backends.sqlite`` cost, and how fast a runaway query stops.
+
+Runs the same ~50 SELECT queries (built from the schema: scans, counts, filters, group-bys and
+one query per foreign-key join) through raw ``sqlite3``, :func:`execute_readonly` (a fresh
+read-only connection per call) and :class:`SQLiteExecutor` (one cached connection), then times
+how long a cartesian product of the three largest tables runs past its timeout.
+
+    python benchmarks/bench_sql_exec.py            # Northwind if it can be built, else a generated DB
+    python benchmarks/bench_sql_exec.py --db some.sqlite --rounds 50
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import sqlite3
+import statistics
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from data_pipeline.backends.sqlite import SQLiteExecutor, connect_readonly, execute_readonly
+from data_pipeline.cli import parse, run_main
+from data_pipeline.errors import Route2SQLError
+
+
+@dataclass
+class Args:
+    """Options of the SQL execution benchmark."""
+
+    db: str | None = None
+    """SQLite file to use; default: the Northwind sample, else a generated shop database."""
+    rounds: int = 20
+    """Times the whole query set is run per method."""
+    timeouts: tuple[float, ...] = (0.1, 0.5, 1.0)
+    """Timeouts (seconds) at which the runaway query's abort latency is measured."""
+    repeats: int = 3
+    """Runaway-query runs per timeout."""
+
+
+def q(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def generated_db(folder: Path) -> Path:
+    """A shop database with 5 tables and 4 foreign keys (2,000 order lines)."""
+    path = folder / "bench_shop.sqlite"
+    conn = sqlite3.connect(path)
+    conn.executescript(
+        """
+        CREATE TABLE categories (id INTEGER PRIMARY KEY, name TEXT);
+        CREATE TABLE products (id INTEGER PRIMARY KEY, name TEXT, price REAL, category_id INTEGER REFERENCES categories(id));
+        CREATE TABLE customers (id INTEGER PRIMARY KEY, name TEXT, city TEXT);
+        CREATE TABLE orders (id INTEGER PRIMARY KEY, customer_id INTEGER REFERENCES customers(id), day TEXT);
+        CREATE TABLE "Order Details" (order_id INTEGER REFERENCES orders(id), product_id INTEGER REFERENCES products(id), qty INTEGER);
+        """
+    )
+    conn.executemany("INSERT INTO categories VALUES (?, ?)", [(i, f"cat {i}") for i in range(1, 9)])
+    conn.executemany("INSERT INTO products VALUES (?, ?, ?, ?)", [(i, f"p{i}", i * 1.5, 1 + i % 8) for i in range(1, 81)])
+    conn.executemany("INSERT INTO customers VALUES (?, ?, ?)", [(i, f"c{i}", f"city {i % 9}") for i in range(1, 101)])
+    conn.executemany("INSERT INTO orders VALUES (?, ?, ?)", [(i, 1 + i % 100, f"2024-01-{1 + i % 28:02d}") for i in range(1, 801)])
+    conn.executemany('INSERT INTO "Order Details" VALUES (?, ?, ?)', [(1 + i % 800, 1 + i % 80, 1 + i % 5) for i in range(2000)])
+    conn.commit()
+    conn.close()
+    return path
+
+
+def pick_db(args: Args, folder: Path) -> tuple[Path, str]:
+    if args.db:
+        return Path(args.db), args.db
+    try:
+        from data_pipeline.datasets import load_sample
+
+        return load_sample("northwind"), "Northwind (sample)"
+    except (ImportError, Route2SQLError) as exc:
+        print(f"(Northwind unavailable: {exc}; using a generated database)")
+        return generated_db(folder), "generated shop"
+
+
+def build_queries(db: Path, limit: int = 50) -> tuple[list[str], list[str]]:
+    """~``limit`` read-only queries over ``db`` and the three largest tables (by row count)."""
+    conn = connect_readonly(db)
+    tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table' AND name NOT LIKE 'sqlite_%'")]
+    counts = {t: conn.execute(f"SELECT count(*) FROM {q(t)}").fetchone()[0] for t in tables}
+    queries: list[str] = []
+    for t in tables:
+        cols = [(r[1], r[2]) for r in conn.execute(f"PRAGMA table_info({q(t)})")]
+        first = cols[0][0]
+        queries += [f"SELECT * FROM {q(t)} LIMIT 20", f"SELECT count(*) FROM {q(t)}"]
+        text = [c for c, ty in cols if "CHAR" in ty.upper() or "TEXT" in ty.upper()]
+        if text:
+            queries.append(f"SELECT {q(text[0])}, count(*) FROM {q(t)} GROUP BY {q(text[0])} ORDER BY 2 DESC LIMIT 10")
+            queries.append(f"SELECT * FROM {q(t)} WHERE {q(text[0])} LIKE '%a%' ORDER BY {q(first)} LIMIT 50")
+        for fk in conn.execute(f"PRAGMA foreign_key_list({q(t)})"):
+            ref, src, dst = fk[2], fk[3], fk[4] or first
+            queries.append(
+                f"SELECT a.*, b.* FROM {q(t)} AS a JOIN {q(ref)} AS b ON a.{q(src)} = b.{q(dst)} LIMIT 100"
+            )
+    conn.close()
+    largest = sorted(counts, key=counts.get, reverse=True)[:3]
+    return queries[:limit], largest
+
+
+def rate(fn, queries: list[str], rounds: int) -> float:
+    """Executions per second of ``fn(sql)`` over ``rounds`` passes of ``queries``."""
+    t0 = time.perf_counter()
+    for _ in range(rounds):
+        for sql in queries:
+            fn(sql)
+    return rounds * len(queries) / (time.perf_counter() - t0)
+
+
+def main() -> None:
+    args = parse(Args, description=__doc__)
+    with tempfile.TemporaryDirectory() as tmp:
+        db, label = pick_db(args, Path(tmp))
+        queries, largest = build_queries(db)
+        raw = sqlite3.connect(db)
+
+        def run_raw(sql: str) -> None:
+            raw.execute(sql).fetchall()
+
+        def run_fresh(sql: str) -> None:
+            assert execute_readonly(db, sql).ok
+
+        with SQLiteExecutor() as ex:
+
+            def run_cached(sql: str) -> None:
+                assert ex.execute(db, sql).ok
+
+            for fn in (run_raw, run_fresh, run_cached):  # warm the page cache and sqlglot
+                rate(fn, queries, 1)
+            rates = {
+                "raw sqlite3 (one connection)": rate(run_raw, queries, args.rounds),
+                "execute_readonly (path, new connection)": rate(run_fresh, queries, args.rounds),
+                "SQLiteExecutor (cached connection)": rate(run_cached, queries, args.rounds),
+            }
+            runaway = "SELECT count(*) FROM " + ", ".join(q(t) for t in largest)
+            overshoot: dict[float, list[float]] = {}
+            for timeout in args.timeouts:
+                for _ in range(args.repeats):
+                    t0 = time.perf_counter()
+                    res = ex.execute(db, runaway, timeout_s=timeout)
+                    wall = time.perf_counter() - t0
+                    if not res.timed_out:
+                        print(f"(runaway query finished in {wall:.2f} s before the {timeout} s timeout)")
+                    overshoot.setdefault(timeout, []).append(wall - timeout)
+        raw.close()
+
+    nproc = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    print(f"machine: {platform.platform()}, {platform.processor() or platform.machine()}, nproc={nproc}, "
+          f"Python {platform.python_version()}, SQLite {sqlite3.sqlite_version}")  # fmt: skip
+    print(f"database: {label} ({db.name}); {len(queries)} queries x {args.rounds} rounds")
+    print()
+    base = rates["raw sqlite3 (one connection)"]
+    print(f"| {'method':<42} | {'exec/s':>9} | {'vs raw':>7} |")
+    print(f"|{'-' * 44}|{'-' * 11}|{'-' * 9}|")
+    for name, r in rates.items():
+        print(f"| {name:<42} | {r:>9.0f} | {r / base:>6.2f}x |")
+    print()
+    print(f"runaway query: {runaway}")
+    print(f"| {'timeout (s)':>11} | {'median past deadline (ms)':>26} | {'max past deadline (ms)':>23} |")
+    print(f"|{'-' * 13}|{'-' * 28}|{'-' * 25}|")
+    for timeout, over in overshoot.items():
+        print(f"| {timeout:>11g} | {statistics.median(over) * 1e3:>26.2f} | {max(over) * 1e3:>23.2f} |")
+
+
+if __name__ == "__main__":
+    run_main(main)
