@@ -5,12 +5,14 @@ The verbs a user needs are exported here::
     from data_pipeline import introspect, SchemaGraph, JoinPath, load_dataset
 """
 
+from data_pipeline.pipeline import BuildConfig, build_dataset
 from data_pipeline.dataset import BuiltDataset, load_dataset, save_dataset
 from data_pipeline.graph import JoinPath, SchemaGraph
 from data_pipeline.samples import Entity, Sample, load_samples, save_samples
 from data_pipeline.schema import Column, ForeignKey, Schema, Table, introspect, quote_ident
 
 __all__ = [
+    "BuildConfig",
     "BuiltDataset",
     "Column",
     "Entity",
@@ -20,6 +22,7 @@ __all__ = [
     "Schema",
     "SchemaGraph",
     "Table",
+    "build_dataset",
     "introspect",
     "load_dataset",
     "load_samples",

@@ -119,8 +119,8 @@ def _en_lead_verb(text: str, rng: random.Random) -> str | None:
 def _en_which_what(text: str, rng: random.Random) -> str | None:
     if text.startswith("Which "):
         return "What " + text[6:]
-    m = re.match(r"^What (?!is |are |do |does )", text)
-    return "Which " + text[5:] if m else None
+    # "What products ..." -> "Which products ...", only before a table/column word
+    return "Which " + text[5:] if text.startswith("What \x00") else None
 
 
 def _en_synonym(text: str, rng: random.Random) -> str | None:
@@ -162,13 +162,14 @@ def _en_reorder(text: str, rng: random.Random) -> str | None:
 
 
 EN_RULES: dict[str, Rule] = {
+    "reorder": _en_reorder,
     "lead_verb": _en_lead_verb,
     "which_what": _en_which_what,
     "synonym": _en_synonym,
     "polite_prefix": _en_polite_prefix,
     "polite_suffix": _en_polite_suffix,
-    "reorder": _en_reorder,
 }
+"""English rules, in the order they are applied when two are drawn."""
 
 # ---------------------------------------------------------------------------- Chinese rules
 
@@ -229,11 +230,12 @@ def _zh_reorder(text: str, rng: random.Random) -> str | None:
 
 
 ZH_RULES: dict[str, Rule] = {
-    "prefix": _zh_prefix,
-    "synonym": _zh_synonym,
-    "suffix": _zh_suffix,
     "reorder": _zh_reorder,
+    "synonym": _zh_synonym,
+    "prefix": _zh_prefix,
+    "suffix": _zh_suffix,
 }
+"""Chinese rules, in the order they are applied when two are drawn."""
 
 
 class RuleParaphraser:

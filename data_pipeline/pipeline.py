@@ -1,0 +1,268 @@
+"""Build a labelled question data set from a database: the :func:`build_dataset` verb.
+
+The database is read (read-only) and its legal join paths enumerated; the stages in
+:data:`data_pipeline.stages.STAGES` write, paraphrase, fill and grade questions for every path;
+:func:`~data_pipeline.splits.assign_splits` splits them; the folder gets ``schema.json``,
+``samples.jsonl`` (record schema in :mod:`data_pipeline.samples`) and ``summary.json``. The same
+seed gives the same files. The command line is ``python -m data_pipeline.build``
+(:mod:`data_pipeline.build`), which prints the summary too.
+
+Paths that touch a table without rows, or whose joins match no rows, cannot have a question
+whose gold SQL returns rows: they are skipped with a warning naming them.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+import warnings
+from collections import Counter
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from data_pipeline.backends.sqlite import connect_readonly
+from data_pipeline.dataset import BuiltDataset, save_dataset
+from data_pipeline.datasets import SAMPLE_NAMES, description_file, resolve_database
+from data_pipeline.entities import profile_table
+from data_pipeline.errors import ConfigError, DataError
+from data_pipeline.graph import DEFAULT_MAX_HOPS, JoinPath, SchemaGraph
+from data_pipeline.io import ensure_writable_dir
+from data_pipeline.paraphrase import LLMParaphraser, Paraphraser, RuleParaphraser
+from data_pipeline.samples import DIFFICULTIES, LANGUAGES, SPLITS
+from data_pipeline.schema import introspect
+from data_pipeline.splits import assign_splits
+from data_pipeline.stages import StageContext, run_stages
+from data_pipeline.templates import heldout_template_ids
+
+
+@dataclass
+class BuildConfig:
+    """Generate routing questions with gold paths and gold SQL for one database."""
+
+    db: str
+    """Sample name (northwind, chinook) or path to a SQLite file."""
+    out: Path
+    """Output folder (created; schema.json, samples.jsonl and summary.json are replaced)."""
+    descriptions: Path | None = None
+    """Description sidecar JSON (English/Chinese names); samples use their packaged one."""
+    max_hops: int = DEFAULT_MAX_HOPS
+    """Longest join path, in joins, to ask questions about."""
+    seed: int = 0
+    """Random seed; the same seed gives the same data set."""
+    samples_per_path: int = 10
+    """Questions per legal path after paraphrasing (at least 3 seeds each)."""
+    languages: str = "en,zh"
+    """Comma-separated question languages: en, zh or both."""
+    real_fraction: float = 0.6
+    """Share of questions naming the exact database value; the rest use a fuzzy spelling."""
+    llm_base_url: str | None = None
+    """OpenAI-compatible endpoint (e.g. http://localhost:8000/v1) to paraphrase instead of the offline rules."""
+    llm_model: str | None = None
+    """Model name for --llm-base-url."""
+    timeout_s: float = 5.0
+    """Time limit of one gold query, seconds."""
+
+    def __post_init__(self) -> None:
+        langs = self.language_list
+        bad = [x for x in langs if x not in LANGUAGES]
+        if bad or not langs:
+            raise ConfigError(f"languages must be a comma-separated subset of {','.join(LANGUAGES)}, got {self.languages!r}", where="--languages")
+        if not 0.0 <= self.real_fraction <= 1.0:
+            raise ConfigError(f"must be between 0 and 1, got {self.real_fraction}", where="--real-fraction")
+        if self.samples_per_path < 3:
+            raise ConfigError(f"must be at least 3 (three seed questions per path), got {self.samples_per_path}", where="--samples-per-path")
+        if self.max_hops < 0:
+            raise ConfigError(f"must be >= 0, got {self.max_hops}", where="--max-hops")
+        if self.timeout_s <= 0:
+            raise ConfigError(f"must be positive, got {self.timeout_s}", where="--timeout-s")
+        if (self.llm_base_url is None) != (self.llm_model is None):
+            given, missing = ("--llm-base-url", "--llm-model") if self.llm_model is None else ("--llm-model", "--llm-base-url")
+            raise ConfigError(f"{given} is set but {missing} is not; give both or neither", where=missing)
+
+    @property
+    def language_list(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(x.strip() for x in self.languages.split(",") if x.strip()))
+
+
+def usable_paths(graph: SchemaGraph, conn: Any) -> tuple[list[JoinPath], list[dict[str, str]], list[str]]:
+    """Split the legal paths into usable ones and skipped ones (with reasons), plus warnings.
+
+    A path is skipped when a table on it has no rows, or when its joins match no row.
+    """
+    empty = [t.name for t in graph.schema.tables if t.row_count == 0]
+    usable, skipped, notes = [], [], []
+    for p in graph.legal_paths:
+        hit = [t for t in p.tables if t in empty]
+        if hit:
+            skipped.append({"path": str(p), "reason": f"empty table {', '.join(hit)}"})
+            continue
+        if conn.execute(f"SELECT 1 {graph.from_clause(p)} LIMIT 1").fetchone() is None:
+            skipped.append({"path": str(p), "reason": "joins match no rows"})
+            continue
+        usable.append(p)
+    if empty:
+        n = sum(1 for s in skipped if s["reason"].startswith("empty"))
+        notes.append(f"tables without rows: {', '.join(empty)}; skipped {n} paths through them")
+    no_join = [s["path"] for s in skipped if s["reason"] == "joins match no rows"]
+    if no_join:
+        notes.append(f"{len(no_join)} paths whose joins match no rows skipped: {'; '.join(no_join)}")
+    return usable, skipped, notes
+
+
+def _paraphraser(cfg: BuildConfig) -> Paraphraser:
+    if cfg.llm_base_url and cfg.llm_model:
+        return LLMParaphraser(cfg.llm_base_url, cfg.llm_model)
+    return RuleParaphraser()
+
+
+def build_dataset(cfg: BuildConfig) -> tuple[BuiltDataset, dict[str, Any]]:
+    """Build the data set described by ``cfg``, write it to ``cfg.out``, return it with its summary.
+
+    Returns:
+        ``(dataset, summary)``; the summary is also ``cfg.out/summary.json`` (see :func:`summarize`).
+
+    Raises:
+        Route2SQLError: ``cfg.out`` cannot be written (checked before any work).
+        SchemaError: the database is missing, not SQLite, has no tables, or is an unknown sample.
+        DataError: the sidecar is malformed, or no legal path has rows to ask about.
+        ConfigError: the LLM endpoint cannot be reached (only with ``--llm-base-url``).
+
+    Warns (UserWarning): a schema without foreign keys; tables without rows and the paths skipped.
+    """
+    start = time.perf_counter()
+    out = ensure_writable_dir(cfg.out)
+    db_path = resolve_database(cfg.db)
+    is_sample = str(cfg.db) in SAMPLE_NAMES and not Path(cfg.db).exists()
+    name = str(cfg.db) if is_sample else db_path.stem
+    sidecar = cfg.descriptions if cfg.descriptions is not None else (description_file(name) if is_sample else None)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        schema = introspect(db_path, descriptions=sidecar, name=name)
+    notes = [str(w.message) for w in caught]
+    graph = SchemaGraph(schema, max_hops=cfg.max_hops)
+    conn = connect_readonly(db_path)
+    try:
+        paths, skipped, path_notes = usable_paths(graph, conn)
+        notes += path_notes
+        if not paths:
+            raise DataError("no legal path has rows to ask about (every table on them is empty)", where=db_path)
+        profiles = {t.name: profile_table(conn, schema, t) for t in schema.tables if t.row_count > 0}
+        ctx = StageContext(
+            schema=schema,
+            graph=graph,
+            db_name=name,
+            conn=conn,
+            paths=tuple(paths),
+            profiles=profiles,
+            languages=cfg.language_list,
+            samples_per_path=cfg.samples_per_path,
+            real_fraction=cfg.real_fraction,
+            paraphraser=_paraphraser(cfg),
+            seed=cfg.seed,
+            timeout_s=cfg.timeout_s,
+        )
+        samples = run_stages(ctx)
+    finally:
+        conn.close()
+    if not samples:
+        raise DataError("no question's gold SQL returned rows; nothing to write", where=db_path)
+    samples = [replace(s, id=f"{name}-{i}") for i, s in enumerate(samples)]
+    samples = assign_splits(samples, heldout_template_ids(), seed=cfg.seed)
+    ds = BuiltDataset(schema, graph, samples, db_path)
+    summary = summarize(ds, cfg, skipped, ctx.counters, notes, time.perf_counter() - start)
+    save_dataset(out, ds, summary)
+    for note in notes:
+        warnings.warn(note, UserWarning, stacklevel=2)
+    return ds, summary
+
+
+def _share(part: int, whole: int) -> float:
+    return round(part / whole, 4) if whole else 0.0
+
+
+def summarize(
+    ds: BuiltDataset,
+    cfg: BuildConfig,
+    skipped: list[dict[str, str]],
+    counters: Counter[str],
+    notes: list[str],
+    elapsed_s: float,
+) -> dict[str, Any]:
+    """The numbers saved as ``summary.json`` and printed by the command.
+
+    Keys: ``n_samples``; ``paths`` (legal, used, covered, skipped with reasons); ``per_path``
+    (samples per path, plus min/median/max); ``hops`` (paths and samples per hop count);
+    ``null_via_share`` (of paths and of samples); ``languages``; ``entity_kinds`` (real/fuzzy)
+    and ``fuzz_kinds``; ``difficulty``; ``families``; ``splits``; ``templates`` (used, held out);
+    ``dropped`` (total and by reason); ``gold_sql`` (min rows, share with rows); ``warnings``;
+    ``config``; ``elapsed_s``.
+    """
+    samples = ds.samples
+    n = len(samples)
+    per_path = Counter(str(s.path) for s in samples)
+    per_path_full = {str(p): per_path.get(str(p), 0) for p in ds.graph.legal_paths}
+    used = [p for p in ds.graph.legal_paths if str(p) not in {s["path"] for s in skipped}]
+    covered = [p for p in used if per_path.get(str(p), 0) > 0]
+    counts = [per_path_full[str(p)] for p in used]
+    hops_paths = ds.graph.hop_histogram()
+    hops_samples = Counter(s.path.hops for s in samples)
+    dropped = {k.split("/", 1)[1]: v for k, v in sorted(counters.items()) if k.startswith("dropped/")}
+    heldout = heldout_template_ids()
+    templates_used = sorted({s.template_id for s in samples})
+    train_templates = {s.template_id for s in samples if s.split != "test_heldout"}
+    return {
+        "db": ds.schema.name,
+        "db_path": str(ds.db_path),
+        "schema_fingerprint": ds.schema.fingerprint(),
+        "n_samples": n,
+        "paths": {
+            "legal": len(ds.graph.legal_paths),
+            "used": len(used),
+            "covered": len(covered),
+            "skipped": skipped,
+        },
+        "per_path": {
+            "min": min(counts) if counts else 0,
+            "median": statistics.median(counts) if counts else 0,
+            "max": max(counts) if counts else 0,
+            "counts": per_path_full,
+        },
+        "hops": {
+            str(h): {"paths": hops_paths.get(h, 0), "samples": hops_samples.get(h, 0)}
+            for h in range(max(hops_paths) + 1)
+        },
+        "null_via_share": {
+            "paths": _share(sum(1 for p in ds.graph.legal_paths if not p.via), len(ds.graph.legal_paths)),
+            "samples": _share(sum(1 for s in samples if not s.path.via), n),
+        },
+        "languages": {lang: sum(1 for s in samples if s.language == lang) for lang in LANGUAGES},
+        "entity_kinds": dict(sorted(Counter(s.entity_kind for s in samples).items())),
+        "fuzzy_share": _share(sum(1 for s in samples if s.entity_kind == "fuzzy"), n),
+        "fuzz_kinds": dict(sorted(Counter(s.entities[0].fuzz for s in samples if s.entity_kind == "fuzzy").items())),
+        "difficulty": {d: sum(1 for s in samples if s.difficulty == d) for d in DIFFICULTIES},
+        "families": dict(sorted(Counter(s.template_id.split(".")[0] for s in samples).items())),
+        "splits": {sp: sum(1 for s in samples if s.split == sp) for sp in SPLITS},
+        "templates": {
+            "used": len(templates_used),
+            "heldout_used": sum(1 for t in templates_used if t in heldout),
+            "heldout_in_other_splits": sorted(train_templates & heldout),
+        },
+        "dropped": {"total": sum(dropped.values()), **dropped},
+        "paraphrase_shortfall": counters.get("paraphrase/shortfall", 0),
+        "fuzzy_shortfall": counters.get("fuzzy/shortfall", 0),
+        "gold_sql": {
+            "min_rows": min(s.n_rows for s in samples) if samples else 0,
+            "share_with_rows": _share(sum(1 for s in samples if s.n_rows > 0), n),
+        },
+        "warnings": notes,
+        "config": {
+            "seed": cfg.seed,
+            "max_hops": cfg.max_hops,
+            "samples_per_path": cfg.samples_per_path,
+            "languages": list(cfg.language_list),
+            "real_fraction": cfg.real_fraction,
+            "paraphraser": "llm" if cfg.llm_base_url else "rules",
+        },
+        "elapsed_s": round(elapsed_s, 3),
+    }

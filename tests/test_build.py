@@ -1,0 +1,536 @@
+"""Question generation and ``python -m data_pipeline.build``: counts, gold SQL, splits, bad input.
+
+The tiny shop (tests/conftest.py) has 32 legal paths at 3 hops (6 + 10 + 10 + 6, counted in
+test_schema_graph.py), so every count below can be checked by hand. Northwind and Chinook are
+built once per session when the sample data can be had (see tests/test_datasets.py).
+"""
+
+from __future__ import annotations
+
+import http.server
+import json
+import random
+import re
+import sqlite3
+import subprocess
+import sys
+import threading
+import warnings
+from collections import Counter, defaultdict
+from pathlib import Path
+
+import pytest
+
+from data_pipeline import BuildConfig, JoinPath, build_dataset, load_dataset
+from data_pipeline.backends.sqlite import connect_readonly, execute_readonly
+from data_pipeline.build import main
+from data_pipeline.entities import fuzz, fuzzable
+from data_pipeline.errors import ConfigError, Route2SQLError, SchemaError
+from data_pipeline.paraphrase import LLMParaphraser, RuleParaphraser
+from data_pipeline.samples import Sample
+from data_pipeline.splits import assign_splits
+from data_pipeline.stages import STAGES, difficulty, fill_entities, grade_difficulty, paraphrase, seed_questions
+from data_pipeline.templates import TEMPLATES, heldout_template_ids, plural, singular, templates_for
+
+from conftest import make_tiny_shop
+
+CJK = re.compile(r"[\u4e00-\u9fff]")
+TINY_PATHS = 32
+
+
+def _build(db: Path, out: Path, **kw) -> tuple:
+    return build_dataset(BuildConfig(db=str(db), out=out, **kw))
+
+
+@pytest.fixture(scope="module")
+def tiny_built(tmp_path_factory):
+    """The tiny shop built once: 6 samples per path, default seed."""
+    root = tmp_path_factory.mktemp("tiny")
+    db = make_tiny_shop(root / "shop.sqlite")
+    ds, summary = _build(db, root / "out", samples_per_path=6)
+    return db, root / "out", ds, summary
+
+
+# ---------------------------------------------------------------------------- tiny shop
+
+
+def test_every_path_gets_its_samples_and_three_seeds(tiny_built):
+    _, _, ds, summary = tiny_built
+    per_path = Counter(s.path for s in ds.samples)
+    assert len(per_path) == TINY_PATHS == len(ds.graph.legal_paths)
+    assert set(per_path.values()) == {6}
+    assert len(ds.samples) == 6 * TINY_PATHS
+    seeds = defaultdict(set)
+    for s in ds.samples:
+        seeds[s.path].add(s.meta["seed"])
+    assert min(len(v) for v in seeds.values()) == 3  # max(3, ceil(6 / 2))
+    assert summary["hops"] == {
+        "0": {"paths": 6, "samples": 36},
+        "1": {"paths": 10, "samples": 60},
+        "2": {"paths": 10, "samples": 60},
+        "3": {"paths": 6, "samples": 36},
+    }
+    # 6 single-table + 10 one-hop paths have a null via: 16 of 32
+    assert summary["null_via_share"] == {"paths": 0.5, "samples": 0.5}
+    assert summary["dropped"] == {"total": 0}
+
+
+def test_every_gold_sql_returns_rows_on_a_read_only_connection(tiny_built):
+    db, _, ds, summary = tiny_built
+    conn = connect_readonly(db)
+    for s in ds.samples:
+        res = execute_readonly(conn, s.sql)
+        assert res.ok, (s.sql, res.error)
+        assert len(res.rows) == s.n_rows > 0, s.sql
+        if s.sql.startswith(("SELECT COUNT", "SELECT SUM", "SELECT AVG")):
+            assert res.rows[0][0] not in (None, 0)
+    assert summary["gold_sql"] == {"min_rows": 1, "share_with_rows": 1.0}
+    assert '"order items"' in " ".join(s.sql for s in ds.samples)  # quoted identifier with a space
+
+
+def test_gold_sql_uses_the_true_value_and_the_question_the_surface(tiny_built):
+    db, _, ds, _ = tiny_built
+    conn = sqlite3.connect(db)
+    fuzzy = [s for s in ds.samples if s.entity_kind == "fuzzy"]
+    assert fuzzy
+    for s in ds.samples:
+        e = s.entities[0]
+        assert e.table == s.path.anchor  # the filter entity lives on the anchor
+        assert conn.execute(f'SELECT COUNT(*) FROM "{e.table}" WHERE "{e.column}" = ?', (e.value,)).fetchone()[0] > 0
+        literal = "'" + e.value.replace("'", "''") + "'" if isinstance(e.value, str) else str(e.value)
+        assert f"= {literal}" in s.sql
+        assert e.surface in s.question
+        assert "{E1}" not in s.question and "{E2}" not in s.question
+    for s in fuzzy:
+        e = s.entities[0]
+        assert e.surface != e.value and e.kind == "fuzzy" and e.fuzz in ("partial", "case", "typo", "synonym")
+        assert f"'{e.surface}'" not in s.sql
+
+
+def test_fuzzy_share_is_forty_percent_in_each_language(tiny_built):
+    _, _, ds, summary = tiny_built
+    for lang in ("en", "zh"):
+        group = [s for s in ds.samples if s.language == lang]
+        share = sum(s.entity_kind == "fuzzy" for s in group) / len(group)
+        assert abs(share - 0.4) <= 0.05, (lang, share)
+    assert abs(summary["fuzzy_share"] - 0.4) <= 0.05
+    assert summary["entity_kinds"]["real"] + summary["entity_kinds"]["fuzzy"] == len(ds.samples)
+
+
+def test_both_languages_and_routing_cues_in_every_question(tiny_built):
+    _, _, ds, summary = tiny_built
+    assert summary["languages"]["en"] > 0.4 * len(ds.samples)
+    assert summary["languages"]["zh"] > 0.4 * len(ds.samples)
+    for s in ds.samples:
+        assert bool(CJK.search(s.question)) == (s.language == "zh"), s.question
+        # the target concept is named: its readable name (no sidecar here), singular or plural
+        target = s.path.target.replace("_", " ")
+        assert singular(target) in s.question.lower() or plural(target) in s.question.lower(), s.question
+
+
+def test_paraphrases_keep_their_seed_template_and_differ(tiny_built):
+    _, _, ds, _ = tiny_built
+    by_seed = defaultdict(list)
+    for s in ds.samples:
+        by_seed[s.meta["seed"]].append(s)
+    n_para = 0
+    for group in by_seed.values():
+        assert len({s.template_id for s in group}) == 1
+        assert len({s.path for s in group}) == 1
+        assert [s.meta["paraphrase"] for s in group][0] is None  # the seed itself comes first
+        n_para += len(group) - 1
+    assert n_para == 3 * TINY_PATHS  # 6 per path = 3 seeds + 3 paraphrases
+    texts = [s.question for s in ds.samples]
+    assert len(set(texts)) > 0.9 * len(texts)
+
+
+def test_splits_disjoint_grouped_and_heldout_templates_unseen(tiny_built):
+    _, _, ds, summary = tiny_built
+    ids = [s.id for s in ds.samples]
+    assert len(ids) == len(set(ids))
+    by_split = {sp: {s.id for s in ds.split(sp)} for sp in ("train", "validation", "test", "test_heldout")}
+    assert sum(len(v) for v in by_split.values()) == len(ids)
+    heldout = heldout_template_ids()
+    train_templates = {s.template_id for s in ds.split("train")}
+    held_templates = {s.template_id for s in ds.split("test_heldout")}
+    assert held_templates and held_templates <= heldout
+    assert not train_templates & held_templates
+    assert not ({s.template_id for s in ds.samples if s.split != "test_heldout"} & heldout)
+    # a seed and its paraphrases never straddle two splits
+    split_of_seed = defaultdict(set)
+    for s in ds.samples:
+        split_of_seed[s.meta["seed"]].add(s.split)
+    assert all(len(v) == 1 for v in split_of_seed.values())
+    assert summary["templates"]["heldout_in_other_splits"] == []
+    rest = len(ds.samples) - len(by_split["test_heldout"])
+    assert abs(len(by_split["train"]) / rest - 0.70) < 0.08
+
+
+def test_written_folder_loads_back(tiny_built):
+    db, out, ds, summary = tiny_built
+    assert {p.name for p in out.iterdir()} >= {"schema.json", "samples.jsonl", "summary.json"}
+    back = load_dataset(out)
+    assert [s.id for s in back.samples] == [s.id for s in ds.samples]
+    assert back.samples[5].entities == ds.samples[5].entities
+    assert back.db_path == db.resolve()
+    assert json.loads((out / "summary.json").read_text())["n_samples"] == len(ds.samples) == summary["n_samples"]
+
+
+def test_same_seed_same_files_other_seed_other_samples(tmp_path, tiny_db):
+    _build(tiny_db, tmp_path / "a", samples_per_path=4, seed=7)
+    _build(tiny_db, tmp_path / "b", samples_per_path=4, seed=7)
+    _build(tiny_db, tmp_path / "c", samples_per_path=4, seed=8)
+    a, b, c = ((tmp_path / d / "samples.jsonl").read_bytes() for d in "abc")
+    assert a == b
+    assert a != c
+
+
+def test_languages_and_real_fraction_options(tmp_path, tiny_db):
+    ds, summary = _build(tiny_db, tmp_path / "o", samples_per_path=3, languages="zh", real_fraction=1.0)
+    assert summary["languages"] == {"en": 0, "zh": 3 * TINY_PATHS}
+    assert summary["entity_kinds"] == {"real": 3 * TINY_PATHS}
+    assert all(s.entities[0].surface == str(s.entities[0].value) for s in ds.samples)
+
+
+def test_chinese_uses_sidecar_names(tmp_path, tiny_db):
+    sidecar = tmp_path / "shop.json"
+    sidecar.write_text(
+        json.dumps(
+            {"tables": {
+                "customers": {"zh": "顾客", "columns": {"name": {"zh": "顾客姓名"}}},
+                "products": {"zh": "商品", "columns": {"name": {"zh": "商品名称"}, "price": {"zh": "单价"}}},
+            }},
+            ensure_ascii=False,
+        ),
+        encoding="utf-8",
+    )  # fmt: skip
+    ds, _ = _build(tiny_db, tmp_path / "o", samples_per_path=3, languages="zh", descriptions=sidecar)
+    to_products = [s for s in ds.samples if s.path.target == "products"]
+    from_customers = [s for s in ds.samples if s.path.anchor == "customers"]
+    assert to_products and all("商品" in s.question for s in to_products)
+    assert all("顾客" in s.question for s in from_customers)
+    assert not any("products" in s.question for s in to_products)
+
+
+def test_difficulty_rule():
+    # points = hops + aggregate + second filter: easy <= 1, medium 2, hard >= 3
+    table = [
+        ((0, False, False), "easy"),
+        ((0, True, True), "medium"),
+        ((1, False, False), "easy"),
+        ((1, True, False), "medium"),
+        ((2, False, False), "medium"),
+        ((2, False, True), "hard"),
+        ((3, False, False), "hard"),
+    ]
+    for args, want in table:
+        assert difficulty(*args) == want, args
+
+
+def test_stage_tuple_order():
+    assert STAGES == (seed_questions, paraphrase, fill_entities, grade_difficulty)
+
+
+# ---------------------------------------------------------------------------- helpers
+
+
+def test_templates_hold_out_one_in_four_per_group():
+    groups = defaultdict(list)
+    for t in TEMPLATES:
+        groups[(t.family, t.scope, t.language)].append(t)
+    assert len(groups) == 16
+    for key, ts in groups.items():
+        assert len(ts) == 8 and sum(t.heldout for t in ts) == 2, key
+        assert all("{E1}" in t.text for t in ts)
+        assert all(("{E2}" in t.text) == (t.family == "filter") for t in ts)
+    assert len(heldout_template_ids()) == 32
+    assert templates_for("agg", "join", "zh")[3].heldout
+
+
+@pytest.mark.parametrize(
+    ("value", "kind", "check"),
+    [
+        ("Nordic Fish Ltd", "synonym", lambda out: out == "Nordic Fish Limited"),
+        ("Acme Incorporated", "synonym", lambda out: out in ("Acme Inc", "Acme Inc.")),
+        ("Alfreds Futterkiste", "partial", lambda out: out in ("Alfreds", "Futterkiste")),
+        ("Alfreds Futterkiste", "case", lambda out: out.lower() == "alfreds futterkiste"),
+        ("Alfreds Futterkiste", "typo", lambda out: abs(len(out) - 19) <= 1 and out[0] == "A"),
+    ],
+)
+def test_fuzz_kinds(value, kind, check):
+    rng = random.Random(0)
+    seen = [out for out, k in (fuzz(value, rng) for _ in range(200)) if k == kind]
+    assert seen, kind
+    assert all(check(out) and out != value for out in seen), seen[:5]
+
+
+def test_codes_and_numbers_are_not_fuzzed():
+    assert not fuzzable("06897") and not fuzzable(12) and not fuzzable("A1")
+    assert fuzz("06897", random.Random(0)) is None
+
+
+def test_rule_paraphraser_keeps_slots_and_protected_words():
+    p = RuleParaphraser()
+    rng = random.Random(3)
+    text = "Which products are linked to the customer {E1}? Give the product name."
+    out = p(text, "en", 5, rng, ["products", "customer", "product name"])
+    assert len(out) == 5 and len({v for v, _ in out}) == 5
+    for variant, rule in out:
+        assert "{E1}" in variant and "customer" in variant and "product name" in variant and variant != text
+        assert rule
+    zh = p("客户 {E1} 关联的订单有哪些？列出订单日期。", "zh", 4, rng, ["客户", "订单", "订单日期"])
+    assert len(zh) == 4 and all("{E1}" in v and "订单日期" in v for v, _ in zh)
+
+
+def test_assign_splits_counts_by_hand():
+    # one stratum of 10 single-sample groups -> floor quotas 7/1/1, the last group goes to the
+    # split furthest below its share (validation and test tie at 0.15*10-1; validation first)
+    p = JoinPath("a", (), "a")
+    samples = [Sample(f"x-{i}", "x", "q", "en", p, "SELECT 1", template_id="list.self.en.0", meta={"seed": f"s{i}"}) for i in range(10)]
+    samples.append(Sample("x-10", "x", "q", "en", p, "SELECT 1", template_id="list.self.en.3", meta={"seed": "s10"}))
+    out = assign_splits(samples, {"list.self.en.3"}, seed=0)
+    got = Counter(s.split for s in out)
+    assert got == {"train": 7, "validation": 2, "test": 1, "test_heldout": 1}
+    assert out[10].split == "test_heldout"
+    with pytest.raises(ConfigError, match="sum to 1"):
+        assign_splits(samples, set(), ratios=(0.5, 0.2, 0.2))
+
+
+# ---------------------------------------------------------------------------- LLM endpoint
+
+
+class _FakeChat(http.server.BaseHTTPRequestHandler):
+    answers: list[str] = []
+
+    def do_POST(self) -> None:  # noqa: N802 - http.server's name
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        assert body["model"] == "fake-model"
+        content = self.answers.pop(0) if self.answers else ""
+        data = json.dumps({"choices": [{"message": {"content": content}}]}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def test_llm_paraphraser_uses_valid_answers_and_falls_back():
+    server = http.server.HTTPServer(("127.0.0.1", 0), _FakeChat)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        _FakeChat.answers = ["1. Which orders belong to customer {E1}?\n2. Orders of {E1}, please\n- Which orders does that client have?"]
+        llm = LLMParaphraser(f"http://127.0.0.1:{server.server_port}/v1", "fake-model")
+        out = llm("Which orders are linked to the customer {E1}?", "en", 3, random.Random(0), ["orders", "customer"])
+        # line 2 lacks "customer", line 3 lacks {E1}: one LLM answer kept, two rule paraphrases added
+        assert out[0] == ("Which orders belong to customer {E1}?", "llm")
+        assert len(out) == 3 and all(r != "llm" for _, r in out[1:])
+        assert llm.fallbacks == 2 and llm.requests == 1
+    finally:
+        server.shutdown()
+
+
+def test_unreachable_llm_endpoint_is_one_clear_error(tmp_path, tiny_db, capsys):
+    with pytest.raises(SystemExit) as exc:
+        _run_main(["--db", str(tiny_db), "--out", str(tmp_path / "o"), "--llm-base-url", "http://127.0.0.1:9/v1", "--llm-model", "m"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "cannot reach the paraphrasing endpoint" in err and "Traceback" not in err
+
+
+# ---------------------------------------------------------------------------- bad input
+
+
+def _run_main(argv: list[str]) -> None:
+    from data_pipeline.cli import run_main
+
+    run_main(lambda: main(argv))
+
+
+def _error_of(argv: list[str], capsys) -> str:
+    with pytest.raises(SystemExit) as exc:
+        _run_main(argv)
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    return err
+
+
+def test_missing_file(tmp_path, capsys):
+    err = _error_of(["--db", str(tmp_path / "nope.sqlite"), "--out", str(tmp_path / "o")], capsys)
+    assert "nope.sqlite: database file not found" in err
+
+
+def test_not_sqlite(tmp_path, capsys):
+    bad = tmp_path / "notes.sqlite"
+    bad.write_text("hello")
+    err = _error_of(["--db", str(bad), "--out", str(tmp_path / "o")], capsys)
+    assert "notes.sqlite: not a SQLite database" in err
+
+
+def test_unknown_sample_name(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    err = _error_of(["--db", "northwnd", "--out", str(tmp_path / "o")], capsys)
+    assert "northwnd" in err and "northwind, chinook" in err
+
+
+def test_unwritable_output_folder(tmp_path, tiny_db, capsys):
+    blocker = tmp_path / "file.txt"
+    blocker.write_text("x")
+    err = _error_of(["--db", str(tiny_db), "--out", str(blocker / "out")], capsys)
+    assert "output folder is not writable" in err and "file.txt" in err
+
+
+def test_all_tables_empty(tmp_path, capsys):
+    db = tmp_path / "empty.sqlite"
+    sqlite3.connect(db).executescript("CREATE TABLE a (id INTEGER PRIMARY KEY, name TEXT);").close()
+    err = _error_of(["--db", str(db), "--out", str(tmp_path / "o")], capsys)
+    assert "no legal path has rows" in err
+
+
+def test_schema_without_foreign_keys_warns_and_keeps_single_table_paths(tmp_path, capsys):
+    db = tmp_path / "flat.sqlite"
+    con = sqlite3.connect(db)
+    con.executescript(
+        "CREATE TABLE people (id INTEGER PRIMARY KEY, name TEXT, city TEXT, age REAL);"
+        "INSERT INTO people VALUES (1,'Ann Lee','Oslo',31),(2,'Bo Ek','Oslo',42),(3,'Cy Day','Rome',25),(4,'Di Fox','Rome',38);"
+        "CREATE TABLE towns (id INTEGER PRIMARY KEY, name TEXT);"
+        "INSERT INTO towns VALUES (1,'Oslo'),(2,'Rome');"
+    )
+    con.commit()
+    con.close()
+    summary = main(["--db", str(db), "--out", str(tmp_path / "o"), "--samples-per-path", "4"])
+    err = capsys.readouterr().err
+    assert "warning:" in err and "no foreign keys" in err
+    assert summary["paths"]["legal"] == summary["paths"]["covered"] == 2
+    assert summary["hops"] == {"0": {"paths": 2, "samples": 8}}
+
+
+def test_empty_table_paths_skipped_with_a_warning_naming_it(tmp_path, tiny_db, capsys):
+    con = sqlite3.connect(tiny_db)
+    con.executescript("CREATE TABLE reviews (id INTEGER PRIMARY KEY, product_id INTEGER REFERENCES products(id), body TEXT);")
+    con.commit()
+    con.close()
+    summary = main(["--db", str(tiny_db), "--out", str(tmp_path / "o"), "--samples-per-path", "3", "--max-hops", "1"])
+    err = capsys.readouterr().err
+    assert "tables without rows: reviews; skipped 3 paths" in err  # reviews, reviews->products, products->reviews
+    assert summary["paths"]["legal"] == 7 + 12 and summary["paths"]["used"] == 16 == summary["paths"]["covered"]
+    assert all("reviews" in s["path"] for s in summary["paths"]["skipped"])
+
+
+def test_cli_subprocess_prints_one_line_and_exit_2(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "-m", "data_pipeline.build", "--db", str(tmp_path / "x.sqlite"), "--out", str(tmp_path / "o")],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 2
+    assert proc.stderr.strip().startswith("error: ") and "Traceback" not in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_config_checks_name_the_flag(tmp_path):
+    with pytest.raises(ConfigError, match="--languages"):
+        BuildConfig(db="x", out=tmp_path, languages="en,fr")
+    with pytest.raises(ConfigError, match="--samples-per-path"):
+        BuildConfig(db="x", out=tmp_path, samples_per_path=2)
+    with pytest.raises(ConfigError, match="--llm-base-url is set but --llm-model is not"):
+        BuildConfig(db="x", out=tmp_path, llm_base_url="http://localhost:1/v1")
+    with pytest.raises(ConfigError, match="--real-fraction"):
+        BuildConfig(db="x", out=tmp_path, real_fraction=1.5)
+
+
+# ---------------------------------------------------------------------------- sample databases
+
+SAMPLE_FACTS = {
+    # name: (hop histogram at 3 hops, paths through empty tables)
+    "northwind": ({0: 13, 1: 24, 2: 30, 3: 28}, 18),
+    "chinook": ({0: 11, 1: 20, 2: 30, 3: 28}, 0),
+}
+
+
+@pytest.fixture(scope="session", params=sorted(SAMPLE_FACTS))
+def sample_built(request, tmp_path_factory):
+    """A sample database built once per session with the defaults (skipped when it cannot be had)."""
+    from data_pipeline.datasets import load_sample
+    from data_pipeline.errors import DownloadError
+
+    try:
+        load_sample(request.param)
+    except DownloadError as exc:
+        pytest.skip(f"sample {request.param} unavailable: {exc}")
+    out = tmp_path_factory.mktemp(request.param)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        ds, summary = build_dataset(BuildConfig(db=request.param, out=out))
+    assert [str(w.message) for w in caught] == summary["warnings"]
+    return request.param, ds, summary
+
+
+def test_sample_database_covers_every_usable_path(sample_built):
+    name, ds, summary = sample_built
+    hist, n_skipped = SAMPLE_FACTS[name]
+    assert ds.graph.hop_histogram() == hist
+    assert len(summary["paths"]["skipped"]) == n_skipped
+    if name == "northwind":  # CustomerCustomerDemo and CustomerDemographics have no rows
+        assert summary["warnings"] == [
+            "tables without rows: CustomerCustomerDemo, CustomerDemographics; skipped 18 paths through them"
+        ]
+        assert all(
+            "CustomerCustomerDemo" in s["path"] or "CustomerDemographics" in s["path"] for s in summary["paths"]["skipped"]
+        )
+    assert summary["paths"]["covered"] == summary["paths"]["used"] == sum(hist.values()) - n_skipped
+    assert summary["n_samples"] >= 600
+    assert summary["per_path"]["min"] >= 6
+
+
+def test_sample_database_gold_sql_all_return_rows(sample_built):
+    _, ds, _ = sample_built
+    conn = connect_readonly(ds.db_path)
+    empty = [s.id for s in ds.samples if not execute_readonly(conn, s.sql).rows]
+    assert empty == []
+
+
+def test_sample_database_mix(sample_built):
+    _, ds, summary = sample_built
+    n = len(ds.samples)
+    assert abs(summary["fuzzy_share"] - 0.4) <= 0.05
+    assert min(summary["languages"].values()) > 0.4 * n
+    assert all(v > 0 for v in summary["difficulty"].values())
+    assert all(v > 0 for v in summary["splits"].values())
+    assert not {s.template_id for s in ds.split("train")} & {s.template_id for s in ds.split("test_heldout")}
+    zh = [s for s in ds.samples if s.language == "zh"]
+    # Chinese questions use the sidecar's Chinese table names
+    named = [s for s in zh if ds.schema.table(s.path.target).zh in s.question]
+    assert len(named) == len(zh)
+
+
+def test_schema_from_spider_all_entries():
+    from data_pipeline.datasets import spider_tables
+    from data_pipeline.errors import DownloadError
+    from data_pipeline.spider import largest_spider_schema, schema_from_spider
+
+    try:
+        entries = spider_tables()
+    except DownloadError as exc:
+        pytest.skip(f"Spider tables unavailable: {exc}")
+    schemas = [schema_from_spider(e) for e in entries]
+    assert len(schemas) == 166
+    assert sum(len(s.tables) for s in schemas) == 876  # SPEC section 3
+    big = largest_spider_schema(entries)
+    assert len(big.tables) == max(len(s.tables) for s in schemas)
+
+
+def test_schema_from_spider_bad_entry():
+    from data_pipeline.errors import DataError
+    from data_pipeline.spider import schema_from_spider
+
+    with pytest.raises(DataError, match=r"tables.json\[x\]"):
+        schema_from_spider({"db_id": "x", "table_names_original": ["a"], "column_names_original": [[0, "id"]], "column_types": []})
+
+
+def test_build_errors_are_route2sql_errors(tmp_path):
+    with pytest.raises(SchemaError):
+        build_dataset(BuildConfig(db=str(tmp_path / "missing.sqlite"), out=tmp_path / "o"))
+    assert issubclass(SchemaError, Route2SQLError)
