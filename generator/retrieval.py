@@ -18,6 +18,13 @@ Two ways to get the vectors:
   This is the default because the encoder is a ~470 MB model to build and load; pass one for
   semantic retrieval.
 
+Measured on Northwind (``python -m data_pipeline.build --db northwind``: 455 train questions,
+214 test + held-out-phrasing test questions, top 3 from train): the retrieved top-1 example has
+the query's gold path 21.0% of the time with the fallback, 32.7% with multilingual-e5-small,
+22.9% with all-MiniLM-L6-v2 (English only); some top-3 example has it 36.4% / 46.3% / 31.3%.
+The fallback answers a query in ~1 ms; the encoders cost a model forward per batch, so build
+the examples of a whole split at once with :meth:`ExampleRetriever.for_samples`.
+
 Ties are broken by training-set order, so retrieval is deterministic.
 """
 
@@ -171,7 +178,9 @@ class ExampleRetriever:
             raise ConfigError(f"k must be >= 0, got {k}", where="k")
         if k == 0:
             return []
-        sims = self.scores(question)
+        return self._pick(self.scores(question), k, exclude)
+
+    def _pick(self, sims: np.ndarray, k: int, exclude: Sample | None) -> list[Sample]:
         order = np.argsort(-sims, kind="stable")
         picked: list[Sample] = []
         for i in order:
@@ -182,6 +191,27 @@ class ExampleRetriever:
             if len(picked) == k:
                 break
         return picked
+
+    def for_samples(self, samples: Sequence[Sample], k: int = 3) -> list[list[Sample]]:
+        """:meth:`for_sample` for many samples, encoding their questions in one batch.
+
+        Use this to precompute the examples of a whole split: one encoder call instead of one
+        per question.
+
+        Raises:
+            ConfigError: ``k < 0``.
+        """
+        if k < 0:
+            raise ConfigError(f"k must be >= 0, got {k}", where="k")
+        if k == 0 or not samples:
+            return [[] for _ in samples]
+        questions = [s.question for s in samples]
+        if self._index is not None:
+            sims = [self._index.scores(q) for q in questions]
+        else:
+            assert self._matrix is not None
+            sims = list(self._encode(questions) @ self._matrix.T)
+        return [self._pick(row, k, s) for row, s in zip(sims, samples, strict=True)]
 
     def for_sample(self, sample: Sample, k: int = 3) -> list[Sample]:
         """:meth:`top_k` for a labelled sample, excluding the sample itself."""

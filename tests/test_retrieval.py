@@ -104,3 +104,17 @@ def test_encoder_with_wrong_shape_is_a_data_error():
 
     with pytest.raises(DataError, match="encoder returned shape"):
         ExampleRetriever(POOL, encoder=Bad())
+
+
+@pytest.mark.parametrize("use_encoder", [False, True])
+def test_batch_retrieval_equals_one_by_one(use_encoder):
+    enc = _AxisEncoder() if use_encoder else None
+    r = ExampleRetriever(POOL, encoder=enc, prefix="")
+    calls_before = len(enc.prefixes) if enc else 0
+    batch = r.for_samples(POOL, k=2)
+    if enc:
+        assert len(enc.prefixes) == calls_before + 1  # one encoder call for the whole batch
+    assert batch == [r.for_sample(s, k=2) for s in POOL]
+    assert all(s not in got for s, got in zip(POOL, batch, strict=True))
+    assert r.for_samples(POOL, k=0) == [[]] * len(POOL)
+    assert r.for_samples([], k=3) == []
