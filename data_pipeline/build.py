@@ -2,11 +2,14 @@
 
     python -m data_pipeline.build --db northwind --out runs/data/northwind
     python -m data_pipeline.build --db shop.sqlite --descriptions shop.json --out runs/data/shop
+    python -m data_pipeline.build --db shop.sqlite --out runs/data/shop --no-synthesize-empty
 
 Options are the fields of :class:`~data_pipeline.pipeline.BuildConfig` (``--help`` lists them);
 the work is :func:`~data_pipeline.pipeline.build_dataset`. A user's mistake (missing or
 non-SQLite file, unknown sample, unwritable folder, unreachable LLM endpoint) is one line on
-stderr and exit status 2; warnings (no foreign keys, empty tables) are ``warning:`` lines.
+stderr and exit status 2; warnings (no foreign keys, empty tables filled with synthetic rows or
+skipped) are ``warning:`` lines. ``--no-synthesize-empty`` is short for
+``--synthesize-empty False``.
 """
 
 from __future__ import annotations
@@ -25,6 +28,18 @@ __all__ = ["BuildConfig", "build_dataset", "main", "print_summary"]
 
 def _share(part: int, whole: int) -> float:
     return part / whole if whole else 0.0
+
+
+def _expand_flags(argv: Sequence[str] | None) -> list[str]:
+    """``--no-synthesize-empty`` -> ``--synthesize-empty False`` (the parser wants explicit booleans)."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    out: list[str] = []
+    for a in args:
+        if a == "--no-synthesize-empty":
+            out += ["--synthesize-empty", "False"]
+        else:
+            out.append(a)
+    return out
 
 
 def print_summary(summary: dict[str, Any]) -> None:
@@ -53,6 +68,7 @@ def print_summary(summary: dict[str, Any]) -> None:
         ("templates used (held out)", f"{summary['templates']['used']} ({summary['templates']['heldout_used']})"),
         ("dropped", ", ".join(f"{k} {v}" for k, v in summary["dropped"].items())),
         ("gold SQL with rows", f"{summary['gold_sql']['share_with_rows']:.0%} (min {summary['gold_sql']['min_rows']} rows)"),
+        ("synthetic rows", ", ".join(f"{k} {v}" for k, v in summary.get("synthesized_tables", {}).items()) or "-"),
         ("time", f"{summary['elapsed_s']:.2f} s"),
     ]
     for k, v in rows:
@@ -74,7 +90,7 @@ def print_summary(summary: dict[str, Any]) -> None:
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     """Command-line entry: parse ``argv``, build, print warnings and the summary; returns the summary."""
-    cfg = parse(BuildConfig, argv, description=__doc__.splitlines()[0] if __doc__ else None)
+    cfg = parse(BuildConfig, _expand_flags(argv), description=__doc__.splitlines()[0] if __doc__ else None)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:

@@ -7,8 +7,13 @@ The database is read (read-only) and its legal join paths enumerated; the stages
 seed gives the same files. The command line is ``python -m data_pipeline.build``
 (:mod:`data_pipeline.build`), which prints the summary too.
 
-Paths that touch a table without rows, or whose joins match no rows, cannot have a question
-whose gold SQL returns rows: they are skipped with a warning naming them.
+Tables without rows: by default (``synthesize_empty``) the database is copied to
+``<out>/database.sqlite`` and its empty tables filled with synthetic rows
+(:func:`~data_pipeline.synthesize.synthesize_rows`; the user's file is never modified); the build
+then runs on the copy, ``schema.json`` records the copy as ``db_path``, the summary lists
+``synthesized_tables`` and a warning names them. With ``synthesize_empty=False``
+(``--no-synthesize-empty``), or for paths whose joins still match no rows, a path that cannot have
+a question whose gold SQL returns rows is skipped with a warning naming it.
 """
 
 from __future__ import annotations
@@ -33,7 +38,11 @@ from data_pipeline.samples import DIFFICULTIES, LANGUAGES, SPLITS
 from data_pipeline.schema import introspect
 from data_pipeline.splits import assign_splits
 from data_pipeline.stages import StageContext, run_stages
+from data_pipeline.synthesize import ROWS_PER_TABLE, synthesize_rows
 from data_pipeline.templates import heldout_template_ids
+
+SYNTHESIZED_DB = "database.sqlite"
+"""File name, inside the output folder, of the copy whose empty tables got synthetic rows."""
 
 
 @dataclass
@@ -62,6 +71,10 @@ class BuildConfig:
     """Model name for --llm-base-url."""
     timeout_s: float = 5.0
     """Time limit of one gold query, seconds."""
+    synthesize_empty: bool = True
+    """Fill tables without rows with synthetic rows in a copy, OUT/database.sqlite (the input is never modified), so every legal path is usable; --no-synthesize-empty skips the paths through them instead."""
+    synthetic_rows: int = ROWS_PER_TABLE
+    """Synthetic rows per empty table (with --synthesize-empty)."""
 
     def __post_init__(self) -> None:
         langs = self.language_list
@@ -76,6 +89,8 @@ class BuildConfig:
             raise ConfigError(f"must be >= 0, got {self.max_hops}", where="--max-hops")
         if self.timeout_s <= 0:
             raise ConfigError(f"must be positive, got {self.timeout_s}", where="--timeout-s")
+        if self.synthetic_rows < 1:
+            raise ConfigError(f"must be at least 1, got {self.synthetic_rows}", where="--synthetic-rows")
         if (self.llm_base_url is None) != (self.llm_model is None):
             given, missing = ("--llm-base-url", "--llm-model") if self.llm_model is None else ("--llm-model", "--llm-base-url")
             raise ConfigError(f"{given} is set but {missing} is not; give both or neither", where=missing)
@@ -128,7 +143,9 @@ def build_dataset(cfg: BuildConfig) -> tuple[BuiltDataset, dict[str, Any]]:
         DataError: the sidecar is malformed, or no legal path has rows to ask about.
         ConfigError: the LLM endpoint cannot be reached (only with ``--llm-base-url``).
 
-    Warns (UserWarning): a schema without foreign keys; tables without rows and the paths skipped.
+    Warns (UserWarning): a schema without foreign keys; tables without rows (filled with
+    synthetic rows in ``cfg.out/database.sqlite``, or with ``synthesize_empty=False`` the paths
+    skipped).
     """
     start = time.perf_counter()
     out = ensure_writable_dir(cfg.out)
@@ -140,6 +157,24 @@ def build_dataset(cfg: BuildConfig) -> tuple[BuiltDataset, dict[str, Any]]:
         warnings.simplefilter("always")
         schema = introspect(db_path, descriptions=sidecar, name=name)
     notes = [str(w.message) for w in caught]
+    source_db = db_path
+    synthesized: dict[str, int] = {}
+    empty = [t.name for t in schema.tables if t.row_count == 0]
+    if empty and cfg.synthesize_empty:
+        db_path = out / SYNTHESIZED_DB
+        report = synthesize_rows(source_db, db_path, tables=empty, rows_per_table=cfg.synthetic_rows, seed=cfg.seed)
+        synthesized = report.rows
+        filled = ", ".join(f"{t} {n}" for t, n in synthesized.items())
+        notes.append(
+            f"tables without rows: {', '.join(empty)}; synthetic rows ({filled}) written to a copy, {db_path} "
+            f"(the input {source_db} is unchanged)"
+        )
+        notes += [f"synthetic rows: {n}" for n in report.notes]
+        if report.fk_violations:
+            notes.append(f"synthetic rows break foreign keys: {report.fk_violations}")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # already reported for the input
+            schema = introspect(db_path, descriptions=sidecar, name=name)
     graph = SchemaGraph(schema, max_hops=cfg.max_hops)
     conn = connect_readonly(db_path)
     try:
@@ -170,7 +205,9 @@ def build_dataset(cfg: BuildConfig) -> tuple[BuiltDataset, dict[str, Any]]:
     samples = [replace(s, id=f"{name}-{i}") for i, s in enumerate(samples)]
     samples = assign_splits(samples, heldout_template_ids(), seed=cfg.seed)
     ds = BuiltDataset(schema, graph, samples, db_path)
-    summary = summarize(ds, cfg, skipped, ctx.counters, notes, time.perf_counter() - start)
+    summary = summarize(
+        ds, cfg, skipped, ctx.counters, notes, time.perf_counter() - start, synthesized=synthesized, source_db=source_db
+    )
     save_dataset(out, ds, summary)
     for note in notes:
         warnings.warn(note, UserWarning, stacklevel=2)
@@ -188,6 +225,9 @@ def summarize(
     counters: Counter[str],
     notes: list[str],
     elapsed_s: float,
+    *,
+    synthesized: dict[str, int] | None = None,
+    source_db: Path | None = None,
 ) -> dict[str, Any]:
     """The numbers saved as ``summary.json`` and printed by the command.
 
@@ -196,7 +236,9 @@ def summarize(
     ``null_via_share`` (of paths and of samples); ``languages``; ``entity_kinds`` (real/fuzzy)
     and ``fuzz_kinds``; ``difficulty``; ``families``; ``splits``; ``templates`` (used, held out);
     ``dropped`` (total and by reason); ``gold_sql`` (min rows, share with rows); ``warnings``;
-    ``config``; ``elapsed_s``.
+    ``config``; ``elapsed_s``; ``db_path`` (the database the gold SQL runs on), ``source_db``
+    (the database given) and ``synthesized_tables`` (table -> synthetic rows; empty when
+    ``db_path`` is ``source_db``).
     """
     samples = ds.samples
     n = len(samples)
@@ -214,6 +256,8 @@ def summarize(
     return {
         "db": ds.schema.name,
         "db_path": str(ds.db_path),
+        "source_db": str(source_db if source_db is not None else ds.db_path),
+        "synthesized_tables": dict(synthesized or {}),
         "schema_fingerprint": ds.schema.fingerprint(),
         "n_samples": n,
         "paths": {
@@ -263,6 +307,8 @@ def summarize(
             "languages": list(cfg.language_list),
             "real_fraction": cfg.real_fraction,
             "paraphraser": "llm" if cfg.llm_base_url else "rules",
+            "synthesize_empty": cfg.synthesize_empty,
+            "synthetic_rows": cfg.synthetic_rows,
         },
         "elapsed_s": round(elapsed_s, 3),
     }

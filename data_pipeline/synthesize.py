@@ -847,6 +847,9 @@ def synthesize_rows(
             target.close()
         with tmp.open("rb+") as fh:
             os.fsync(fh.fileno())
+        umask = os.umask(0)
+        os.umask(umask)
+        tmp.chmod(0o666 & ~umask)  # mkstemp makes 0600; the copy gets a new file's usual mode
         os.replace(tmp, out)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):

@@ -386,8 +386,13 @@ def test_unwritable_output_folder(tmp_path, tiny_db, capsys):
 def test_all_tables_empty(tmp_path, capsys):
     db = tmp_path / "empty.sqlite"
     sqlite3.connect(db).executescript("CREATE TABLE a (id INTEGER PRIMARY KEY, name TEXT);").close()
-    err = _error_of(["--db", str(db), "--out", str(tmp_path / "o")], capsys)
+    err = _error_of(["--db", str(db), "--out", str(tmp_path / "o"), "--no-synthesize-empty"], capsys)
     assert "no legal path has rows" in err
+    # by default the rows are synthesized: 30 rows named "A 1".."A 30"
+    summary = main(["--db", str(db), "--out", str(tmp_path / "s"), "--samples-per-path", "3"])
+    assert summary["synthesized_tables"] == {"a": 30}
+    assert summary["paths"]["covered"] == 1 and summary["gold_sql"]["share_with_rows"] == 1.0
+    assert sqlite3.connect(db).execute("SELECT COUNT(*) FROM a").fetchone()[0] == 0
 
 
 def test_schema_without_foreign_keys_warns_and_keeps_single_table_paths(tmp_path, capsys):
@@ -408,16 +413,46 @@ def test_schema_without_foreign_keys_warns_and_keeps_single_table_paths(tmp_path
     assert summary["hops"] == {"0": {"paths": 2, "samples": 8}}
 
 
-def test_empty_table_paths_skipped_with_a_warning_naming_it(tmp_path, tiny_db, capsys):
-    con = sqlite3.connect(tiny_db)
+def _add_empty_reviews(db: Path) -> None:
+    con = sqlite3.connect(db)
     con.executescript("CREATE TABLE reviews (id INTEGER PRIMARY KEY, product_id INTEGER REFERENCES products(id), body TEXT);")
     con.commit()
     con.close()
-    summary = main(["--db", str(tiny_db), "--out", str(tmp_path / "o"), "--samples-per-path", "3", "--max-hops", "1"])
+
+
+def test_empty_table_paths_skipped_with_a_warning_naming_it(tmp_path, tiny_db, capsys):
+    _add_empty_reviews(tiny_db)
+    argv = ["--db", str(tiny_db), "--out", str(tmp_path / "o"), "--samples-per-path", "3", "--max-hops", "1"]
+    summary = main([*argv, "--no-synthesize-empty"])
     err = capsys.readouterr().err
     assert "tables without rows: reviews; skipped 3 paths" in err  # reviews, reviews->products, products->reviews
     assert summary["paths"]["legal"] == 7 + 12 and summary["paths"]["used"] == 16 == summary["paths"]["covered"]
     assert all("reviews" in s["path"] for s in summary["paths"]["skipped"])
+    assert summary["synthesized_tables"] == {} and summary["db_path"] == str(tiny_db.resolve())
+    assert not (tmp_path / "o" / "database.sqlite").exists()
+
+
+def test_empty_table_gets_synthetic_rows_in_a_copy(tmp_path, tiny_db, capsys):
+    _add_empty_reviews(tiny_db)
+    before = tiny_db.read_bytes()
+    out = tmp_path / "o"
+    summary = main(["--db", str(tiny_db), "--out", str(out), "--samples-per-path", "3", "--max-hops", "1"])
+    err = capsys.readouterr().err
+    copy = out / "database.sqlite"
+    assert f"warning: tables without rows: reviews; synthetic rows (reviews 30) written to a copy, {copy}" in err
+    assert tiny_db.read_bytes() == before  # the user's database is never modified
+    assert summary["synthesized_tables"] == {"reviews": 30}
+    assert summary["db_path"] == str(copy) and summary["source_db"] == str(tiny_db.resolve())
+    assert summary["paths"]["legal"] == summary["paths"]["covered"] == 19 and summary["paths"]["skipped"] == []
+    assert json.loads((out / "schema.json").read_text())["db_path"] == str(copy)
+    ds = load_dataset(out)
+    assert ds.db_path == copy and ds.schema.table("reviews").row_count == 30
+    conn = connect_readonly(copy)
+    through = [s for s in ds.samples if "reviews" in s.path.tables]
+    assert len(through) == 3 * 3
+    assert all(len(execute_readonly(conn, s.sql).rows) == s.n_rows > 0 for s in through)
+    # every review points at one of the three real products
+    assert {r[0] for r in sqlite3.connect(copy).execute("SELECT product_id FROM reviews")} <= {1, 2, 3}
 
 
 def test_cli_subprocess_prints_one_line_and_exit_2(tmp_path):
@@ -439,15 +474,18 @@ def test_config_checks_name_the_flag(tmp_path):
         BuildConfig(db="x", out=tmp_path, llm_base_url="http://localhost:1/v1")
     with pytest.raises(ConfigError, match="--real-fraction"):
         BuildConfig(db="x", out=tmp_path, real_fraction=1.5)
+    with pytest.raises(ConfigError, match="--synthetic-rows"):
+        BuildConfig(db="x", out=tmp_path, synthetic_rows=0)
 
 
 # ---------------------------------------------------------------------------- sample databases
 
 SAMPLE_FACTS = {
-    # name: (hop histogram at 3 hops, paths through empty tables)
-    "northwind": ({0: 13, 1: 24, 2: 30, 3: 28}, 18),
-    "chinook": ({0: 11, 1: 20, 2: 30, 3: 28}, 0),
+    # name: (hop histogram at 3 hops, tables without rows)
+    "northwind": ({0: 13, 1: 24, 2: 30, 3: 28}, ("CustomerCustomerDemo", "CustomerDemographics")),
+    "chinook": ({0: 11, 1: 20, 2: 30, 3: 28}, ()),
 }
+NORTHWIND_PATHS_THROUGH_EMPTY = 18
 
 
 @pytest.fixture(scope="session", params=sorted(SAMPLE_FACTS))
@@ -468,21 +506,47 @@ def sample_built(request, tmp_path_factory):
     return request.param, ds, summary
 
 
-def test_sample_database_covers_every_usable_path(sample_built):
+def test_sample_database_covers_every_legal_path(sample_built):
     name, ds, summary = sample_built
-    hist, n_skipped = SAMPLE_FACTS[name]
+    hist, empty = SAMPLE_FACTS[name]
     assert ds.graph.hop_histogram() == hist
-    assert len(summary["paths"]["skipped"]) == n_skipped
-    if name == "northwind":  # CustomerCustomerDemo and CustomerDemographics have no rows
-        assert summary["warnings"] == [
-            "tables without rows: CustomerCustomerDemo, CustomerDemographics; skipped 18 paths through them"
-        ]
-        assert all(
-            "CustomerCustomerDemo" in s["path"] or "CustomerDemographics" in s["path"] for s in summary["paths"]["skipped"]
-        )
-    assert summary["paths"]["covered"] == summary["paths"]["used"] == sum(hist.values()) - n_skipped
+    assert summary["paths"]["skipped"] == []
+    assert summary["paths"]["covered"] == summary["paths"]["used"] == sum(hist.values())  # 95 on Northwind
+    assert summary["synthesized_tables"] == dict.fromkeys(empty, 30)
+    if empty:  # Northwind: CustomerCustomerDemo and CustomerDemographics have no rows; a copy gets some
+        assert len(summary["warnings"]) == 1
+        assert summary["warnings"][0].startswith(f"tables without rows: {', '.join(empty)}; synthetic rows (")
+        assert ds.db_path.name == "database.sqlite" and summary["source_db"] != str(ds.db_path)
+        through = [s for s in ds.samples if set(empty) & set(s.path.tables)]
+        assert len({s.path for s in through}) == NORTHWIND_PATHS_THROUGH_EMPTY
+    else:
+        assert summary["warnings"] == [] and summary["source_db"] == str(ds.db_path)
     assert summary["n_samples"] >= 600
     assert summary["per_path"]["min"] >= 6
+
+
+def test_northwind_without_synthesis_skips_the_paths_through_empty_tables(tmp_path):
+    from data_pipeline.datasets import load_sample
+    from data_pipeline.errors import DownloadError
+
+    try:
+        load_sample("northwind")
+    except DownloadError as exc:
+        pytest.skip(f"sample northwind unavailable: {exc}")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        _, summary = build_dataset(
+            BuildConfig(db="northwind", out=tmp_path, samples_per_path=3, languages="en", synthesize_empty=False)
+        )
+    assert [str(w.message) for w in caught] == [
+        "tables without rows: CustomerCustomerDemo, CustomerDemographics; skipped 18 paths through them"
+    ]
+    assert summary["paths"]["legal"] == 95
+    assert summary["paths"]["used"] == summary["paths"]["covered"] == 95 - NORTHWIND_PATHS_THROUGH_EMPTY == 77
+    assert all(
+        "CustomerCustomerDemo" in s["path"] or "CustomerDemographics" in s["path"] for s in summary["paths"]["skipped"]
+    )
+    assert summary["synthesized_tables"] == {} and not (tmp_path / "database.sqlite").exists()
 
 
 def test_sample_database_gold_sql_all_return_rows(sample_built):
