@@ -37,7 +37,7 @@ from data_pipeline.backends.sqlite import SQLiteExecutor
 from data_pipeline.errors import ConfigError
 from generator.parsing import completion_text, parse_answer
 from rewards.sql_execution import ExecutionScorer, execution_scores
-from rewards.sql_ngram import ngram_f1
+from rewards.sql_ngram import counts_f1, ngrams, sql_tokens
 from rewards.sql_schema import jaccard, schema_tokens
 from rewards.sql_syntax import sql_parses
 
@@ -153,16 +153,24 @@ def sql_reward_components(
     else:
         scorer = cfg.make_scorer(executor)
     executions = execution_scores(completions, gold_sql, db_path, scorer=scorer)
+    # a GRPO group shares one gold query: read its names and n-grams once per call
+    gold_names = {g: schema_tokens(g) for g in set(gold_sql) if g is not None}
+    gold_grams = {g: ngrams(sql_tokens(g), cfg.ngram_n) for g in gold_names}
     out: list[dict[str, Any]] = []
     for c, gold, ex in zip(completions, gold_sql, executions, strict=True):
         parsed = parse_answer(completion_text(c), require_reasoning=cfg.require_reasoning)
         sql = parsed.sql
+        schema: float | None = None
+        ngram: float | None = None
+        if gold is not None:
+            schema = 0.0 if sql is None else jaccard(schema_tokens(sql), gold_names[gold])
+            ngram = 0.0 if sql is None else counts_f1(ngrams(sql_tokens(sql), cfg.ngram_n), gold_grams[gold])
         comp: dict[str, Any] = {
             "execution": ex.f1,
             "format": 1.0 if parsed.well_formed else 0.0,
             "syntax": 1.0 if sql_parses(sql) else 0.0,
-            "schema": None if gold is None else (0.0 if sql is None else jaccard(schema_tokens(sql), schema_tokens(gold))),
-            "ngram": None if gold is None else (0.0 if sql is None else ngram_f1(sql, gold, cfg.ngram_n)),
+            "schema": schema,
+            "ngram": ngram,
         }
         comp["total"] = weighted_total(comp, cfg)
         comp["exact"] = 1.0 if ex.exact else 0.0

@@ -310,7 +310,7 @@ class ExecutionScorer:
         self.timeout_s = timeout_s
         self.max_rows = max_rows
         self.cache_size = cache_size
-        self._gold: OrderedDict[tuple[str, str], ExecutionResult] = OrderedDict()
+        self._gold: OrderedDict[tuple[str, str], tuple[ExecutionResult, bool]] = OrderedDict()
         self._lock = threading.Lock()
         self.gold_executions = 0
         """Gold queries actually run (cache misses), for tests and benchmarks."""
@@ -325,6 +325,10 @@ class ExecutionScorer:
             DataError: the gold query is rejected or fails (wrong database?).
             SchemaError: ``db`` is missing or not a SQLite file.
         """
+        return self._gold_entry(db, gold_sql)[0]
+
+    def _gold_entry(self, db: str | Path, gold_sql: str) -> tuple[ExecutionResult, bool]:
+        """The cached gold result and whether its order counts (:func:`gold_is_ordered`)."""
         key = (str(Path(db).expanduser().resolve()), gold_sql)
         with self._lock:
             hit = self._gold.get(key)
@@ -338,12 +342,13 @@ class ExecutionScorer:
                 f"was built from? gold SQL: {gold_sql}",
                 where=key[0],
             )
+        entry = (result, gold_is_ordered(gold_sql))
         with self._lock:
             self.gold_executions += 1
-            self._gold[key] = result
+            self._gold[key] = entry
             while len(self._gold) > self.cache_size:
                 self._gold.popitem(last=False)
-        return result
+        return entry
 
     def score(self, db: str | Path, pred_sql: str | None, gold_sql: str | None) -> ExecutionScore:
         """Score one predicted query (see the module docstring for every outcome).
@@ -354,7 +359,7 @@ class ExecutionScorer:
         """
         if gold_sql is None:
             return ExecutionScore(None, False, "no gold SQL")
-        gold = self.gold_result(db, gold_sql)
+        gold, ordered = self._gold_entry(db, gold_sql)
         if not gold.ok:
             logger.warning("gold SQL cannot be judged (%s): %s", gold.error, gold_sql)
             return ExecutionScore(None, False, f"gold SQL {gold.error}")
@@ -374,7 +379,7 @@ class ExecutionScorer:
             return ExecutionScore(0.0, False, reason, pred)
         pred_rows, gold_rows = pred.rows or [], gold.rows or []
         f1 = rows_f1(pred_rows, gold_rows)
-        exact = results_match(pred_rows, gold_rows, ordered=gold_is_ordered(gold_sql))
+        exact = results_match(pred_rows, gold_rows, ordered=ordered)
         if exact:
             reason = "match"
         elif f1 == 1.0:

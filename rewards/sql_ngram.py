@@ -75,7 +75,11 @@ def ngram_f1(pred_sql: str, gold_sql: str, n: int = 2) -> float:
     >>> ngram_f1("SELECT name FROM customers", "SELECT city FROM customers")  # shares FROM customers
     0.3333333333333333
     """
-    pred, gold = ngrams(sql_tokens(pred_sql), n), ngrams(sql_tokens(gold_sql), n)
+    return counts_f1(ngrams(sql_tokens(pred_sql), n), ngrams(sql_tokens(gold_sql), n))
+
+
+def counts_f1(pred: Counter[tuple[str, ...]], gold: Counter[tuple[str, ...]]) -> float:
+    """F1 of two n-gram multisets (:func:`ngram_f1` with the gold side computed once)."""
     matched = sum((pred & gold).values())
     if matched == 0:
         return 0.0

@@ -103,3 +103,40 @@ def test_prompt_is_deterministic(shop):
     a = build_prompt("q", ROUTE, schema, graph, _examples())
     b = build_prompt("q", ROUTE, schema, graph, _examples())
     assert a == b
+
+
+def test_language_aware_descriptions_and_text_samples(tiny_db):
+    from data_pipeline.schema import Column, Schema, Table
+
+    base = introspect(tiny_db)
+    customers = base.table("customers")
+    cols = tuple(
+        Column(c.name, c.type, c.primary_key, c.not_null, description=f"{c.name} of the customer", zh="客户" + c.name,
+               samples=c.samples)  # fmt: skip
+        for c in customers.columns
+    )
+    tables = tuple(Table(t.name, cols, t.row_count, zh="客户") if t.name == "customers" else t for t in base.tables)
+    schema = Schema(base.name, tables, base.foreign_keys, source=base.source)
+    graph = SchemaGraph(schema)
+    path = JoinPath("customers", (), "customers")
+    en = build_prompt("Where does Bob live?", path, schema, graph, [])[-1]["content"]
+    zh = build_prompt("Bob 住在哪里？", path, schema, graph, [])[-1]["content"]
+    assert "客户" not in en and "  - city TEXT: city of the customer (e.g. 'Berlin', 'Paris', 'Madrid')" in en
+    assert "  - city TEXT: city of the customer; 客户city (e.g. 'Berlin'" in zh
+    assert "Table customers: 客户 (3 rows)" in zh
+    assert "  - id INTEGER primary key: id of the customer\n" in en  # no samples for a number column
+
+
+def test_compact_schema_detail(shop):
+    schema, graph = shop
+    full = build_prompt("q", ROUTE, schema, graph, [], k=0)[-1]["content"]
+    compact = build_prompt("q", ROUTE, schema, graph, [], k=0, schema_detail="compact")[-1]["content"]
+    assert compact.startswith(
+        'Tables on the route:\ncustomers(id, name, city)\norders(id, customer_id, order_date)\n'
+        '"order items"(id, order_id, product_id, quantity)\n'
+        'Foreign keys: "order items".order_id -> orders.id, orders.customer_id -> customers.id\n'
+    )
+    assert "products" not in compact.split("Join skeleton")[0].replace("product_id", "")
+    assert "Join skeleton: FROM" in compact and len(compact) < len(full)
+    with pytest.raises(ConfigError, match="schema_detail"):
+        build_prompt("q", ROUTE, schema, graph, [], schema_detail="tiny")
