@@ -1,6 +1,10 @@
 """Copy a SQLite database (a sample such as Northwind, or any file) into MongoDB, references kept.
 
     python -m data_pipeline.mongo_load --db northwind --uri mongodb://127.0.0.1:27017/northwind
+    python -m data_pipeline.mongo_load --db data/northwind --uri mongodb://127.0.0.1:27017/northwind
+
+The second form copies a built data set's database (``python -m data_pipeline.build --out
+data/northwind``), synthetic rows for empty tables included, so its gold answers hold on MongoDB.
 
 One collection per table (empty tables too) and one document per row; every column is a field
 of the same name and value (NULL stays ``null``, BLOB becomes binary). A single-column primary
@@ -12,7 +16,7 @@ schema fingerprint, legal paths, questions and gold answers as the original.
 
 The declared schema is removed first and written last: a load that fails half-way leaves no
 declaration, and introspection of the partial copy falls back to inferred references.
-Collections that already hold documents are refused unless ``--replace`` is given.
+Collections that already hold documents are refused unless ``--replace True`` is given.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from pymongo.errors import BulkWriteError, PyMongoError
 from data_pipeline.backends.mongodb import METADATA_COLLECTION, METADATA_FORMAT, connect, database_name
 from data_pipeline.backends.sqlite import connect_readonly
 from data_pipeline.cli import parse, run_main
+from data_pipeline.dataset import load_dataset
 from data_pipeline.datasets import SAMPLE_NAMES, description_file, resolve_database
 from data_pipeline.errors import ConfigError, DataError, SchemaError
 from data_pipeline.schema import Schema, Table, introspect, quote_ident
@@ -40,11 +45,13 @@ class LoadConfig:
     """Copy a SQLite database into MongoDB with its references (declared schema in _route2sql_schema)."""
 
     db: str
-    """Sample name (northwind, chinook) or path to a SQLite file."""
+    """Sample name (northwind, chinook), path to a SQLite file, or a data set folder (python -m data_pipeline.build --out): its database, synthetic rows included."""
     uri: str
     """MongoDB URI naming the target database, e.g. mongodb://127.0.0.1:27017/northwind."""
     descriptions: Path | None = None
-    """Description sidecar JSON; samples use their packaged one."""
+    """Description sidecar JSON; samples use their packaged one, data set folders their schema.json."""
+    name: str | None = None
+    """Schema name stored in the declaration (default: the sample name, the data set's schema name or the file stem)."""
     replace: bool = False
     """Drop collections of the same names that already hold documents (otherwise refuse)."""
     batch_size: int = 1000
@@ -159,7 +166,7 @@ def load_sqlite_into_mongo(sqlite_path: str | Path, db: Database, schema: Schema
         if not replace:
             busy = [t.name for t in schema.tables if t.name in existing and db[t.name].estimated_document_count() > 0]
             if busy:
-                raise ConfigError(f"collections already hold documents: {', '.join(busy)}; pass --replace to drop them", where="--replace")
+                raise ConfigError(f"collections already hold documents: {', '.join(busy)}; pass --replace True to drop them", where="--replace")
         db[METADATA_COLLECTION].delete_one({"_id": "schema"})
         for t in schema.tables:
             if t.name in existing:
@@ -192,16 +199,37 @@ def load_sqlite_into_mongo(sqlite_path: str | Path, db: Database, schema: Schema
     return report
 
 
+def source_schema(db: str, descriptions: Path | None = None, name: str | None = None) -> tuple[Path, Schema]:
+    """``(sqlite_file, schema)`` for ``--db``: a sample name, a SQLite file or a data set folder.
+
+    A data set folder (with ``schema.json``) gives the database its questions were generated on
+    (``<folder>/database.sqlite`` when empty tables were filled) and its saved schema.
+
+    Raises:
+        SchemaError: unknown sample, missing file, not SQLite.
+        DataError: a data set folder whose ``schema.json`` is malformed.
+    """
+    folder = Path(db)
+    if folder.is_dir() and (folder / "schema.json").is_file():
+        ds = load_dataset(folder)
+        schema = ds.schema if descriptions is None else introspect(ds.db_path, descriptions=descriptions, name=ds.schema.name)
+        if name:
+            schema = Schema.from_dict(schema.to_dict() | {"name": name})
+        return ds.db_path, schema
+    path = resolve_database(db)
+    is_sample = str(db) in SAMPLE_NAMES and not folder.exists()
+    default = str(db) if is_sample else path.stem
+    sidecar = descriptions if descriptions is not None else (description_file(default) if is_sample else None)
+    return path, introspect(path, descriptions=sidecar, name=name or default)
+
+
 def load(cfg: LoadConfig) -> LoadReport:
-    """Resolve ``cfg.db``, introspect it, connect to ``cfg.uri`` and copy (see :func:`load_sqlite_into_mongo`).
+    """Resolve ``cfg.db`` (:func:`source_schema`), connect to ``cfg.uri`` and copy (:func:`load_sqlite_into_mongo`).
 
     The target database is the one named in the URI, else the schema's name.
     """
-    path = resolve_database(cfg.db)
-    is_sample = str(cfg.db) in SAMPLE_NAMES and not Path(cfg.db).exists()
-    name = str(cfg.db) if is_sample else path.stem
-    sidecar = cfg.descriptions if cfg.descriptions is not None else (description_file(name) if is_sample else None)
-    schema = introspect(path, descriptions=sidecar, name=name)
+    path, schema = source_schema(cfg.db, cfg.descriptions, cfg.name)
+    name = schema.name
     client, db = connect(cfg.uri, database=database_name(cfg.uri) or name)
     try:
         return load_sqlite_into_mongo(path, db, schema, replace=cfg.replace, batch_size=cfg.batch_size)

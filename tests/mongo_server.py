@@ -113,7 +113,10 @@ class MongoServer:
         self.port = free_port()
         cmd = _command(self.kind, self.port, Path(self._workdir.name))
         log = open(Path(self._workdir.name) / "server.err", "wb")  # noqa: SIM115 - closed in stop()
-        self._proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=log, cwd=self._workdir.name)
+        # TMPDIR inside our folder: the server's ":memory:" storage lands there, so stop() can
+        # kill the child outright and still leave nothing behind.
+        env = {**os.environ, "TMPDIR": self._workdir.name}
+        self._proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=log, cwd=self._workdir.name, env=env)
         self._log = log
         self.pid = self._proc.pid
         self.uri = f"mongodb://127.0.0.1:{self.port}/"
@@ -156,15 +159,12 @@ class MongoServer:
         return self.uri.rstrip("/") + "/" + database
 
     def stop(self) -> None:
-        """Stop the child this object started (terminate, then kill after 5 s); idempotent."""
+        """Stop the child this object started (SIGKILL: its data is in memory and its files in our
+        temporary folder, removed here); idempotent. An external server is left running."""
         proc, self._proc = self._proc, None
         if proc is not None and proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(5)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(5)
+            proc.kill()
+            proc.wait(10)
         if self._workdir is not None:
             self._log.close()
             self._workdir.cleanup()

@@ -405,12 +405,18 @@ def _name_score(field: str, target: CollectionSample) -> int:
     return 1 if stem and stem in (coll, singular) else 0
 
 
+def _id_range(db: Database, name: str) -> tuple[Any, Any]:
+    """The smallest and largest ``_id`` (the key or its twin), read through the ``_id`` index."""
+    ends = [db[name].find_one({}, {"_id": 1}, sort=[("_id", d)]) for d in (1, -1)]
+    return ends[0]["_id"], ends[1]["_id"]  # type: ignore[index]
+
+
 def infer_references(db: Database, samples: dict[str, CollectionSample]) -> tuple[list[ForeignKey], list[str]]:
     """References inferred from values: ``(foreign_keys, notes)``.
 
     A field ``A.f`` (not A's key; integer or text values) references collection ``B`` when every
-    sampled non-null value of ``f`` is a key value of ``B`` (checked on the server with one
-    ``$in`` count). Among several such ``B``, the one whose key or name matches ``f``
+    sampled non-null value of ``f`` is a key value of ``B`` (values outside B's smallest and
+    largest key are ruled out at once; the rest is checked on the server with one ``$in`` count). Among several such ``B``, the one whose key or name matches ``f``
     (:func:`_name_score`) wins; several without a unique best name match are ambiguous and only
     noted. ``A == B`` (a self reference such as ``Employees.ReportsTo``) is allowed.
     """
@@ -418,6 +424,7 @@ def infer_references(db: Database, samples: dict[str, CollectionSample]) -> tupl
     notes: list[str] = []
     keyed = {n: s for n, s in samples.items() if s.key is not None and s.count > 0}
     key_kinds = {n: bson_type_name(s.values[s.key]) for n, s in keyed.items()}
+    key_range = {n: _id_range(db, n) for n in keyed}
     for a, cs in samples.items():
         for f in cs.fields:
             if f in ("_id", cs.key):
@@ -429,6 +436,9 @@ def infer_references(db: Database, samples: dict[str, CollectionSample]) -> tupl
             hits = []
             for b, ks in keyed.items():
                 if key_kinds[b] != kind or (b == a and ks.key == f):
+                    continue
+                low, high = key_range[b]
+                if not low <= min(vals) <= max(vals) <= high:  # cheap pre-check before asking the server
                     continue
                 if db[b].count_documents({ks.key: {"$in": vals}}) == len(vals):
                     hits.append((_name_score(f, ks), b))
