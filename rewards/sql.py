@@ -28,7 +28,7 @@ policy must never be able to earn more by looking like the gold query than by be
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -36,10 +36,12 @@ from typing import Any
 from data_pipeline.backends.sqlite import SQLiteExecutor
 from data_pipeline.errors import ConfigError
 from generator.parsing import completion_text, parse_answer
-from rewards.sql_execution import ExecutionScorer, execution_scores
+from rewards.sql_execution import ExecutionScorer, execution_reward, execution_scores
+from rewards.sql_format import format_reward
 from rewards.sql_ngram import counts_f1, ngrams, sql_tokens
-from rewards.sql_schema import jaccard, schema_tokens
-from rewards.sql_syntax import sql_parses
+from rewards.sql_ngram import ngram_reward
+from rewards.sql_schema import jaccard, schema_match_reward, schema_tokens
+from rewards.sql_syntax import sql_parses, syntax_reward
 
 COMPONENTS = ("execution", "format", "syntax", "schema", "ngram")
 """Component names, in the order they are logged (``rewards/<name>/mean``)."""
@@ -189,3 +191,47 @@ def sql_rewards(
 ) -> list[float]:
     """Only the totals of :func:`sql_reward_components`, shape ``(batch,)``."""
     return [c["total"] for c in sql_reward_components(completions, gold_sql, db_path, config, executor)]
+
+
+RewardFunc = Callable[..., list[float | None]]
+
+
+def reward_functions(
+    config: SQLRewardConfig | None = None, scorer: ExecutionScorer | None = None
+) -> tuple[list[RewardFunc], list[float]]:
+    """The five components as separate TRL-style reward functions, and their weights.
+
+    For TRL's ``GRPOTrainer`` (the reference the benchmarks compare against)::
+
+        funcs, weights = reward_functions(cfg, cfg.make_scorer())
+        GRPOTrainer(..., reward_funcs=funcs, args=GRPOConfig(..., reward_weights=weights))
+
+    The data set needs the columns ``gold_sql`` and ``db_path``. Each function is named after
+    its component (``execution``, ``format``, ``syntax``, ``schema``, ``ngram``), so TRL logs
+    ``rewards/<name>/mean`` as we do. The execution function reuses ``scorer`` (made from
+    ``config`` when None), so gold results stay cached across steps.
+
+    Returns:
+        ``(functions, weights)`` in :data:`COMPONENTS` order.
+    """
+    cfg = config or SQLRewardConfig()
+    shared = scorer or cfg.make_scorer()
+
+    def execution(completions: Sequence[Any], gold_sql: Sequence[str | None], db_path: Any,
+                  **kwargs: Any) -> list[float | None]:  # fmt: skip
+        return execution_reward(completions, gold_sql, db_path, scorer=shared)
+
+    def format(completions: Sequence[Any], **kwargs: Any) -> list[float | None]:  # noqa: A001 (TRL logs the name)
+        return list(format_reward(completions, require_reasoning=cfg.require_reasoning))
+
+    def syntax(completions: Sequence[Any], **kwargs: Any) -> list[float | None]:
+        return list(syntax_reward(completions))
+
+    def schema(completions: Sequence[Any], gold_sql: Sequence[str | None], **kwargs: Any) -> list[float | None]:
+        return schema_match_reward(completions, gold_sql)
+
+    def ngram(completions: Sequence[Any], gold_sql: Sequence[str | None], **kwargs: Any) -> list[float | None]:
+        return ngram_reward(completions, gold_sql, n=cfg.ngram_n)
+
+    funcs: list[RewardFunc] = [execution, format, syntax, schema, ngram]
+    return funcs, [cfg.weights[f.__name__] for f in funcs]

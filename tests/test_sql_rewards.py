@@ -204,3 +204,18 @@ def test_gold_too_large_is_not_judged(dbs):
     score = scorer.score(dbs["shop"], "SELECT name FROM customers", "SELECT name FROM customers")
     assert score.f1 is None and "more than 2 rows" in score.reason
     scorer.executor.close()
+
+
+def test_trl_reward_functions_reproduce_the_combined_total(dbs):
+    from rewards.sql import reward_functions
+
+    cases = [c for c in CASES if c.db == "shop" and "bad" not in c.tags]
+    completions, gold = [c.completion for c in cases], [c.gold for c in cases]
+    cfg = SQLRewardConfig(timeout_s=0.5, require_reasoning=False)
+    funcs, weights = reward_functions(cfg)
+    assert [f.__name__ for f in funcs] == list(COMPONENTS)
+    assert weights == [3.0, 0.1, 0.2, 0.3, 0.2]
+    columns = {"prompts": ["p"] * len(cases), "gold_sql": gold, "db_path": [str(dbs["shop"])] * len(cases)}
+    per_func = [f(completions=completions, **columns) for f in funcs]
+    totals = [sum(w * (v or 0.0) for w, v in zip(weights, vals, strict=True)) for vals in zip(*per_func, strict=True)]
+    assert totals == pytest.approx(sql_rewards(completions, gold, dbs["shop"], cfg))
