@@ -34,7 +34,8 @@ rows at WARNING, other failures at DEBUG). Gold results are cached per (database
 that *fails* raises :class:`~data_pipeline.errors.DataError`: seed 000 trained all night on an
 execution reward that was silently 0 because the database path was wrong, so a gold query that
 cannot run on the given database stops the run instead. A gold query that times out or exceeds
-``max_rows`` cannot be judged: that item scores None (not applicable), with a warning.
+``max_rows`` cannot be judged: that item scores None (not applicable), with a warning; a gold
+timeout is not cached, so the next call tries again.
 """
 
 from __future__ import annotations
@@ -345,6 +346,8 @@ class ExecutionScorer:
         entry = (result, gold_is_ordered(gold_sql))
         with self._lock:
             self.gold_executions += 1
+            if result.timed_out:
+                return entry  # maybe a busy machine: try again next time rather than never judge it
             self._gold[key] = entry
             while len(self._gold) > self.cache_size:
                 self._gold.popitem(last=False)

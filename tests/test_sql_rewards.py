@@ -219,3 +219,13 @@ def test_trl_reward_functions_reproduce_the_combined_total(dbs):
     per_func = [f(completions=completions, **columns) for f in funcs]
     totals = [sum(w * (v or 0.0) for w, v in zip(weights, vals, strict=True)) for vals in zip(*per_func, strict=True)]
     assert totals == pytest.approx(sql_rewards(completions, gold, dbs["shop"], cfg))
+
+
+def test_gold_timeout_is_not_judged_and_not_cached(dbs):
+    scorer = ExecutionScorer(timeout_s=0.3)
+    runaway = 'SELECT COUNT(*) FROM customers, orders, "order items"'
+    for expected_runs in (1, 2):
+        score = scorer.score(dbs["big_shop"], "SELECT 1", runaway)
+        assert score.f1 is None and "timed out" in score.reason
+        assert scorer.gold_executions == expected_runs
+    scorer.executor.close()
