@@ -9,7 +9,9 @@ into MongoDB with ``data_pipeline.mongo_load``, then measures:
 2. execution rate of the gold pipelines (and of the gold SQL on SQLite), overall and per hop count;
 3. a ``$lookup`` chain by hop count: Customers of one country -> Orders -> Order Details ->
    Products, ``COUNT(*)`` at each depth; milliseconds per pipeline and per joined document;
-4. time limits: a runaway pipeline under ``timeout_s=0.5`` through the product (client timeout),
+4. with ``--routing True``: the test questions routed over the schema read from MongoDB and over
+   the SQLite one (a trained ``--router`` checkpoint, else the untrained retrieval baseline);
+5. time limits: a runaway pipeline under ``timeout_s=0.5`` through the product (client timeout),
    the same under the server's own ``maxTimeMS`` only, whether the server is idle afterwards,
    and a pipeline whose single long stage the server cannot interrupt (``--skip-uninterruptible``
    leaves that one out; it keeps the test server busy for seconds).
@@ -73,6 +75,11 @@ class Args:
     """Runs per depth of the $lookup chain (the median is reported)."""
     chain_country: str = "Germany"
     """Customers.Country anchoring the $lookup chain."""
+    routing: bool = False
+    """Also route the test questions over the schema read from MongoDB and from SQLite (the
+    retrieval baseline, or --router) and compare the accuracies."""
+    router: Path | None = None
+    """Trained router checkpoint for --routing (default: the untrained retrieval baseline)."""
     skip_uninterruptible: bool = False
     """Leave out the single-long-stage runaway (it keeps the test server busy for seconds)."""
     json_out: Path | None = None
@@ -207,6 +214,34 @@ def lookup_chain(db: Any, conn_path: Path, country: str, repeats: int) -> list[d
     return rows
 
 
+def routing(uri: str, ds: Any, router_dir: Path | None) -> dict[str, Any]:
+    """Route the test split over the schema introspected from MongoDB and over the SQLite one."""
+    from data_pipeline.backends.mongodb import introspect_mongodb
+    from data_pipeline.graph import SchemaGraph
+    from router.evaluate import evaluate_router
+
+    mongo_graph = SchemaGraph(introspect_mongodb(uri), max_hops=ds.graph.max_hops)
+    samples = ds.split("test") + ds.split("test_heldout")
+    out: dict[str, Any] = {"questions": len(samples), "router": str(router_dir) if router_dir else "retrieval baseline (untrained)"}
+    predictions = {}
+    encoder = None
+    for name, graph in (("sqlite", ds.graph), ("mongodb", mongo_graph)):
+        if router_dir is not None:
+            from router.route import Router
+
+            router: Any = Router.from_pretrained(router_dir, schema=graph)
+        else:
+            from evaluation.baselines import RetrievalRouter
+
+            router = RetrievalRouter(graph, encoder) if encoder is not None else RetrievalRouter(graph)
+            encoder = router.encoder
+        predictions[name] = router.predict_paths([s.question for s in samples])
+        metrics = evaluate_router(router, samples, graph)
+        out[name] = {k: round(metrics[k], 4) for k in ("full_path_acc", "anchor_acc", "via_acc", "target_acc")}
+    out["same_predictions"] = sum(a == b for a, b in zip(predictions["sqlite"], predictions["mongodb"]))
+    return out
+
+
 def timeouts(db: Any, server: MongoServer, skip_uninterruptible: bool) -> dict[str, Any]:
     """The runaway pipelines under a 0.5 s limit (see the module docstring)."""
     out: dict[str, Any] = {}
@@ -265,6 +300,8 @@ def main() -> dict[str, Any]:
             db = client["bench_northwind"]
             report["gold"] = gold_comparison(db, ds)
             report["lookup_chain"] = lookup_chain(db, ds.db_path, args.chain_country, args.chain_repeats)
+            if args.routing:
+                report["routing"] = routing(uri, ds, args.router)
             report["timeouts"] = timeouts(db, server, args.skip_uninterruptible)
     print_report(report)
     if args.json_out:
@@ -299,6 +336,10 @@ def print_report(r: dict[str, Any]) -> None:
             f"| {c['hops']} | {c['path']} | {c['rows']} ({c['sql_rows']}) | {c['mongo_median_ms']} | {c['hop_added_ms'] if c['hop_added_ms'] is not None else dash} "
             f"| {c['lookups'] or dash} | {c['ms_per_lookup'] or dash} | {c['sql_median_ms']} |"
         )
+    if "routing" in r:
+        ro = r["routing"]
+        print(f"\nrouting ({ro['router']}), {ro['questions']} test questions: SQLite schema {ro['sqlite']}, "
+              f"MongoDB schema {ro['mongodb']}; same prediction for {ro['same_predictions']}/{ro['questions']}")
     print("\ntime limits:")
     for k, v in r["timeouts"].items():
         print(f"  {k}: {v}")

@@ -106,6 +106,8 @@ class MongoServer:
             self.kind = "external"
             self._wait(t0, None)
             return self
+        if self.kind not in SERVER_KINDS:
+            raise ServerUnavailable(f"unknown server kind {self.kind!r}; known: {', '.join(SERVER_KINDS)}")
         if not _installed(self.kind):
             pkg = "secantusdb" if self.kind == "secantus" else self.kind
             raise ServerUnavailable(f"{self.kind} server is not installed (pip install {pkg})")

@@ -10,7 +10,6 @@ per path (231 samples) once per module too.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import sqlite3
 import time
@@ -304,22 +303,14 @@ def test_unreachable_server_is_a_schema_error_naming_the_uri():
 # ---------------------------------------------------------------------------- with a server
 
 
-def _without_samples(tables: tuple[Table, ...]) -> list[Table]:
-    return [dataclasses.replace(t, columns=tuple(dataclasses.replace(c, samples=()) for c in t.columns)) for t in tables]
-
-
 @pytest.mark.mongo
 def test_northwind_on_mongodb_has_the_sqlite_schema_and_legal_paths(northwind_uri, northwind_ds):
     sql_schema = northwind_ds.schema  # introspected from the data set's SQLite database
     mongo_schema = introspect_mongodb(northwind_uri)
     assert mongo_schema.backend == "mongodb" and mongo_schema.source == northwind_uri
     assert mongo_schema.fingerprint() == sql_schema.fingerprint()
-    # columns, types, keys, row counts, descriptions; sample values may come in another order
-    # (SQLite reads composite-key tables in key order, MongoDB in insertion order)
-    assert _without_samples(mongo_schema.tables) == _without_samples(sql_schema.tables)
-    assert [len(c.samples) for t in mongo_schema.tables for c in t.columns] == [
-        len(c.samples) for t in sql_schema.tables for c in t.columns
-    ]
+    # columns, types, keys, row counts, descriptions, sample values: what a router reads
+    assert mongo_schema.tables == sql_schema.tables and mongo_schema.foreign_keys == sql_schema.foreign_keys
     sql_paths, mongo_paths = set(SchemaGraph(sql_schema).legal_paths), set(SchemaGraph(mongo_schema).legal_paths)
     assert len(mongo_paths) == 95
     assert mongo_paths == sql_paths
@@ -342,6 +333,21 @@ def test_references_inferred_from_values_without_a_declaration(nw_db):
     assert schema.table("Order Details").primary_key == ()  # composite key: ObjectId _id, no single key
     with pytest.raises(SchemaError, match="no declared schema"):
         introspect_mongodb(nw_db.client["nothing_here"], references="declared")
+
+
+@pytest.mark.mongo
+def test_declared_schema_is_checked_against_the_data(server, tmp_path):
+    _, db = _tiny_shop_db(server, tmp_path, "declared_shop")
+    try:
+        db["products"].update_many({}, {"$set": {"price": "n/a"}})
+        with pytest.warns(UserWarning, match="products.price is declared REAL but holds TEXT values"):
+            schema = introspect_mongodb(db)
+        assert schema.table("products").column("price").type == "REAL"  # the declaration stands
+        db.drop_collection("suppliers")
+        with pytest.raises(DataError, match="declared_shop._route2sql_schema: declared tables have no collection: suppliers"):
+            introspect_mongodb(db)
+    finally:
+        db.client.close()
 
 
 @pytest.mark.mongo
@@ -452,8 +458,8 @@ def test_time_limit_stops_a_runaway_pipeline(server, nw_db):
     t = time.perf_counter()
     with pytest.raises(ExecutionTimeout):
         list(nw_db["Orders"].aggregate(RUNAWAY, maxTimeMS=500))
-    assert time.perf_counter() - t < 2.0  # far below the minutes the whole pipeline takes
-    # ...and then is idle, not still working on it
+    assert time.perf_counter() - t < 3.0  # on a busy machine; far below the minutes the whole pipeline takes
+    # ...and then is idle: neither run is still working
     if server.pid is not None:
         assert psutil.Process(server.pid).cpu_percent(interval=0.3) < 50
     t = time.perf_counter()

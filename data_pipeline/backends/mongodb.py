@@ -15,8 +15,9 @@ paths and router inputs:
 
   * declared: the document ``{"_id": "schema"}`` in :data:`METADATA_COLLECTION`, written by
     ``python -m data_pipeline.mongo_load``, holds a ``Schema.to_dict()``; its tables, column
-    order, declared types, keys, descriptions and foreign keys are used as declared (a copied
-    SQLite database therefore keeps its fingerprint and legal paths);
+    order, declared types, keys, descriptions, sample values and foreign keys are used as
+    declared, row counts and undeclared fields come from the data (a copied SQLite database
+    therefore gives an equal schema: same fingerprint, legal paths and router inputs);
   * inferred (:func:`infer_references`): a field whose sampled values are all key values of
     another collection, preferring the collection whose key has the field's name
     (``Orders.CustomerID -> Customers.CustomerID``); several candidates without a name match
@@ -216,14 +217,14 @@ def _inferred_columns(cs: CollectionSample) -> tuple[Column, ...]:
 
 
 def _declared_columns(declared: Table, cs: CollectionSample, where: str) -> tuple[Column, ...]:
-    """The declared columns (with their declared types) plus any field the data adds."""
+    """The declared columns (types and sample values as declared) plus any field the data adds."""
     cols = []
     for c in declared.columns:
         seen = cs.values.get(c.name, [])
         inferred = bson_type_name(seen)
         if inferred and c.type and not _type_agrees(c.type, inferred):
             warnings.warn(f"{where}: {declared.name}.{c.name} is declared {c.type} but holds {inferred} values", stacklevel=3)
-        cols.append(Column(c.name, c.type, c.primary_key, c.not_null, c.description, c.zh, _samples(seen) or c.samples))
+        cols.append(Column(c.name, c.type, c.primary_key, c.not_null, c.description, c.zh, c.samples or _samples(seen)))
     known = {c.name for c in declared.columns}
     for f in cs.fields:
         if f not in known and not (f == "_id" and cs.key != "_id"):
