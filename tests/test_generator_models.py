@@ -110,7 +110,8 @@ def test_converted_weights_equal_the_gguf_tensors_and_reload_bit_identically(
     a, b = first.state_dict(), second.state_dict()
     assert a.keys() == b.keys() and len(a) == 273  # 272 GGUF tensors + the tied lm_head
     assert all(torch.equal(a[k], b[k]) for k in a)
-    assert load_s < 5.0, f"loading the converted directory took {load_s:.2f} s"
+    # ~0.3 s against ~25 s on 2 quiet cores; compared, not absolute, so a busy machine slows both
+    assert load_s < converted.seconds / 5, f"load {load_s:.2f} s vs conversion {converted.seconds:.2f} s"
 
     # independently of transformers' GGUF loader: dequantise the source tensors with `gguf`
     names = {
@@ -211,7 +212,7 @@ def test_reference_context_gives_base_logits_while_adapters_change_them(model_di
     with reference_logits_context(policy) as ref:
         assert not ref.training and not torch.is_grad_enabled()
         ref_logits = ref(ids).logits
-    assert torch.allclose(ref_logits, base_logits, atol=1e-5, rtol=0)
+    assert torch.equal(ref_logits, base_logits)  # the very same computation as the base model
     assert policy.training and torch.is_grad_enabled()  # both restored
     with torch.no_grad():
         policy.eval()

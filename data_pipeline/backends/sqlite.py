@@ -242,7 +242,8 @@ def execute_readonly(
     Args:
         db: a database file (opened read-only for this call and closed after) or an open
             connection (used as is, guarded by the authorizer during the call; a connection
-            from :func:`connect_readonly` is safest).
+            from :func:`connect_readonly` is safest). An authorizer or progress handler the
+            caller had set on it is removed.
         sql: the query text; it must pass :func:`check_statement`.
         timeout_s: wall-clock limit in seconds; the statement is aborted inside SQLite when it
             passes (checked every :data:`PROGRESS_STEPS` VM instructions, fetching included).
