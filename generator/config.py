@@ -1,0 +1,339 @@
+"""Configs of the generator's entry points: SFT warm start, GRPO, and batch inference.
+
+Each is a dataclass whose fields carry a one-line docstring (the ``--help`` text, through
+:func:`data_pipeline.cli.parse`), grouped by topic as TRL's ``GRPOConfig`` is, and checked in
+``__post_init__``: a bad value raises :class:`~data_pipeline.errors.ConfigError` naming the
+flag, and a conflict names both values. The model (:class:`generator.models.ModelConfig`) and
+reward (:class:`rewards.sql.SQLRewardConfig`) settings are embedded without a prefix, so their
+flags read ``--lora-r``, ``--load-in-4bit``, ``--execution-weight``, ``--timeout-s``.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import tyro
+
+from data_pipeline.errors import ConfigError
+from generator.grpo import LOSS_TYPES
+from generator.models import ModelConfig
+from rewards.sql import SQLRewardConfig
+
+SPLIT_NAMES = ("train", "validation", "test", "test_heldout")
+DYNAMIC_SAMPLING = ("resample", "more", "off")
+DAPO_EPSILON_HIGH = 0.28
+"""DAPO's clip-higher upper bound, used when ``--epsilon-high`` is not given and the loss is dapo."""
+
+
+def _positive(value: float, flag: str) -> None:
+    if value <= 0:
+        raise ConfigError(f"must be positive, got {value}", where=flag)
+
+
+def _check_prompt(k_examples: int, max_prompt_tokens: int) -> None:
+    if k_examples < 0:
+        raise ConfigError(f"must be >= 0, got {k_examples}", where="--k-examples")
+    _positive(max_prompt_tokens, "--max-prompt-tokens")
+
+
+@dataclass
+class GeneratorSFTConfig:
+    """``python -m generator.train_sft``: supervised warm start on the gold SQL of the training split."""
+
+    # ---- data and output
+    data: Path
+    """Data set folder written by `python -m data_pipeline.build` (schema.json, samples.jsonl)."""
+    out: Path
+    """Output folder: the adapter (or full model), tokenizer and route2sql_generator.json, replaced atomically."""
+    db: Path | None = None
+    """SQLite file the gold SQL runs on; default: the one recorded in the data set."""
+    model: Annotated[ModelConfig, tyro.conf.OmitArgPrefixes] = field(default_factory=ModelConfig)
+    """Base model, precision and LoRA settings."""
+
+    # ---- prompt
+    k_examples: int = 1
+    """Retrieved few-shot examples in each training prompt (the sample itself is never one of them)."""
+    with_reasoning: bool = True
+    """Train the <reasoning>...</reasoning><answer>...</answer> format (False: <answer> only)."""
+    max_prompt_tokens: int = 2048
+    """Samples whose prompt + answer is longer are skipped (and counted)."""
+
+    # ---- optimisation
+    learning_rate: float = 2e-4
+    """Peak learning rate of AdamW (cosine decay to 0 after a linear warm-up)."""
+    warmup_ratio: float = 0.05
+    """Share of the optimizer steps spent warming the learning rate up from 0."""
+    weight_decay: float = 0.0
+    """AdamW weight decay."""
+    max_grad_norm: float = 1.0
+    """Gradients are clipped to this global L2 norm."""
+    batch_size: int = 4
+    """Samples per optimizer step (processed one at a time and accumulated: no padding work)."""
+    num_epochs: float = 1.0
+    """Passes over the training split (fractions allowed)."""
+    max_steps: int | None = None
+    """Stop after this many optimizer steps (overrides --num-epochs when smaller)."""
+    max_train_samples: int | None = None
+    """Use only this many training samples (a random, seeded subset), for short budgets."""
+
+    # ---- run
+    seed: int = 0
+    """Random seed (sample order, subset, LoRA dropout)."""
+    threads: int | None = None
+    """torch CPU threads; default: torch's choice."""
+    progress: bool = True
+    """Show a progress bar."""
+
+    def __post_init__(self) -> None:
+        _check_prompt(self.k_examples, self.max_prompt_tokens)
+        _positive(self.learning_rate, "--learning-rate")
+        if not 0.0 <= self.warmup_ratio < 1.0:
+            raise ConfigError(f"must be in [0, 1), got {self.warmup_ratio}", where="--warmup-ratio")
+        _positive(self.max_grad_norm, "--max-grad-norm")
+        _positive(self.batch_size, "--batch-size")
+        _positive(self.num_epochs, "--num-epochs")
+        if self.max_steps is not None:
+            _positive(self.max_steps, "--max-steps")
+        if self.max_train_samples is not None:
+            _positive(self.max_train_samples, "--max-train-samples")
+
+
+@dataclass
+class GRPOConfig:
+    """``python -m generator.train_grpo``: GRPO (DAPO variant by default) on execution rewards."""
+
+    # ---- data and output
+    data: Path
+    """Data set folder written by `python -m data_pipeline.build`."""
+    out: Path
+    """Output folder: checkpoints, metrics.jsonl, TensorBoard runs/, reward_curves.png, the final adapter."""
+    db: Path | None = None
+    """SQLite file the SQL runs on; default: the one recorded in the data set (the smoke test checks it)."""
+    init: Path | None = None
+    """Start from this generator folder (e.g. the output of generator.train_sft); default: the base --model."""
+    router: Path | None = None
+    """Router checkpoint folder: prompts use its predicted path; default: the gold path of each sample."""
+    resume: bool = False
+    """Continue from the latest checkpoint-* in --out (adapter, optimizer, scheduler, RNG, step)."""
+    model: Annotated[ModelConfig, tyro.conf.OmitArgPrefixes] = field(default_factory=ModelConfig)
+    """Base model, precision and LoRA settings (LoRA settings come from --init when it has an adapter)."""
+    reward: Annotated[SQLRewardConfig, tyro.conf.OmitArgPrefixes] = field(default_factory=SQLRewardConfig)
+    """Reward weights and SQL execution limits (seed 000's weights by default)."""
+
+    # ---- prompt
+    k_examples: int = 2
+    """Retrieved few-shot examples in each prompt (a base model needs them to write the answer tags)."""
+    with_reasoning: bool = True
+    """Ask for <reasoning> before <answer>."""
+    max_prompt_tokens: int = 2048
+    """Training samples whose prompt is longer are left out (and counted)."""
+
+    # ---- generation
+    num_generations: int = 8
+    """G: completions sampled per prompt (one group)."""
+    max_completion_length: int = 128
+    """New tokens per completion at most; also dr_grpo's constant normaliser."""
+    temperature: float = 0.9
+    """Sampling temperature; log-probs are computed at the same temperature."""
+    top_p: float = 1.0
+    """Nucleus sampling mass (1.0: off)."""
+
+    # ---- GRPO loss
+    loss_type: Literal["grpo", "dapo", "dr_grpo"] = "dapo"
+    """grpo: per-sequence mean; dapo: token-level mean + clip-higher; dr_grpo: constant normaliser, no std scaling."""
+    beta: float = 0.01
+    """KL coefficient to the reference (the base model, adapters off); k3 estimator. 0 disables."""
+    epsilon: float = 0.2
+    """Lower clip range: the ratio is clipped below at 1 - epsilon."""
+    epsilon_high: float | None = None
+    """Upper clip range (1 + epsilon_high); default 0.28 for dapo (clip-higher), else --epsilon."""
+    scale_rewards: bool | None = None
+    """Divide advantages by the group std; default: on, except for dr_grpo."""
+    num_iterations: int = 1
+    """Policy updates per generated batch (mu); above 1 the clip starts to matter."""
+
+    # ---- zero-std groups
+    dynamic_sampling: Literal["resample", "more", "off"] = "resample"
+    """What to do with a group whose rewards are all equal: draw a new prompt, sample G more for it, or nothing."""
+    max_resamples: int = 2
+    """Dynamic-sampling redraws allowed per step and process (each costs one group's generation)."""
+    virtual_full_score: bool = False
+    """Append a reward of --full-score to every group's mean/std (not the loss), so equal groups still move."""
+    full_score: float | None = None
+    """The virtual anchor's reward; default: the largest possible total (3.8 with default weights)."""
+
+    # ---- optimisation
+    learning_rate: float = 2e-5
+    """Peak AdamW learning rate (cosine decay to 0 after warm-up)."""
+    warmup_ratio: float = 0.0
+    """Share of the steps spent warming the learning rate up."""
+    weight_decay: float = 0.0
+    """AdamW weight decay."""
+    max_grad_norm: float = 1.0
+    """Gradient clipping (global L2 norm)."""
+    max_steps: int = 50
+    """Optimizer steps (each: prompts_per_step x num_generations completions per process)."""
+    prompts_per_step: int = 1
+    """Prompts (groups) per step and process; processes draw disjoint prompts."""
+
+    # ---- smoke test (seed 000, pitfall 1)
+    smoke_samples: int = 10
+    """Random training samples the smoke test generates for before training starts."""
+    smoke_generations: int = 2
+    """Completions per smoke-test sample."""
+    skip_smoke_test: bool = False
+    """Start without the smoke test (not recommended: a dead execution reward trains on proxies only)."""
+
+    # ---- logging and checkpoints
+    save_steps: int = 25
+    """Write out/checkpoint-<step> every this many steps (and at the end)."""
+    save_total_limit: int = 2
+    """Checkpoints kept (oldest removed first)."""
+    seed: int = 0
+    """Random seed (prompt order, sampling); each process adds its rank."""
+    threads: int | None = None
+    """torch CPU threads per process; default: torch's choice."""
+    progress: bool = True
+    """Show a progress bar on the main process."""
+
+    def __post_init__(self) -> None:
+        _check_prompt(self.k_examples, self.max_prompt_tokens)
+        if self.num_generations < 2:
+            raise ConfigError(f"must be >= 2 (advantages compare completions of a group), got {self.num_generations}",
+                              where="--num-generations")  # fmt: skip
+        _positive(self.max_completion_length, "--max-completion-length")
+        _positive(self.temperature, "--temperature")
+        if not 0.0 < self.top_p <= 1.0:
+            raise ConfigError(f"must be in (0, 1], got {self.top_p}", where="--top-p")
+        if self.loss_type not in LOSS_TYPES:
+            raise ConfigError(f"must be one of {', '.join(LOSS_TYPES)}, got {self.loss_type!r}", where="--loss-type")
+        if self.beta < 0:
+            raise ConfigError(f"must be >= 0, got {self.beta}", where="--beta")
+        if not 0.0 < self.epsilon < 1.0:
+            raise ConfigError(f"must be in (0, 1), got {self.epsilon}", where="--epsilon")
+        if self.epsilon_high is None:
+            self.epsilon_high = DAPO_EPSILON_HIGH if self.loss_type == "dapo" else self.epsilon
+        if self.epsilon_high < self.epsilon:
+            raise ConfigError(
+                f"--epsilon-high ({self.epsilon_high}) must be >= --epsilon ({self.epsilon}): clip-higher only widens "
+                "the upper side", where="--epsilon-high")  # fmt: skip
+        if self.scale_rewards is None:
+            self.scale_rewards = self.loss_type != "dr_grpo"
+        elif self.scale_rewards and self.loss_type == "dr_grpo":
+            raise ConfigError(
+                "--scale-rewards True conflicts with --loss-type dr_grpo (Dr. GRPO removes the std scaling)",
+                where="--scale-rewards",
+            )
+        _positive(self.num_iterations, "--num-iterations")
+        if self.dynamic_sampling not in DYNAMIC_SAMPLING:
+            raise ConfigError(f"must be one of {', '.join(DYNAMIC_SAMPLING)}, got {self.dynamic_sampling!r}",
+                              where="--dynamic-sampling")  # fmt: skip
+        if self.max_resamples < 0:
+            raise ConfigError(f"must be >= 0, got {self.max_resamples}", where="--max-resamples")
+        if self.full_score is not None and not self.virtual_full_score:
+            raise ConfigError(f"--full-score {self.full_score} is set but --virtual-full-score is False",
+                              where="--full-score")  # fmt: skip
+        if self.full_score is None:
+            self.full_score = self.reward.max_total
+        if self.virtual_full_score and self.full_score < self.reward.max_total:
+            warnings.warn(
+                f"--full-score {self.full_score} is below the largest reward ({self.reward.max_total}): groups "
+                "scoring above it get negative advantages for being better than the anchor",
+                stacklevel=2,
+            )
+        _positive(self.learning_rate, "--learning-rate")
+        if not 0.0 <= self.warmup_ratio < 1.0:
+            raise ConfigError(f"must be in [0, 1), got {self.warmup_ratio}", where="--warmup-ratio")
+        _positive(self.max_grad_norm, "--max-grad-norm")
+        _positive(self.max_steps, "--max-steps")
+        _positive(self.prompts_per_step, "--prompts-per-step")
+        if not self.skip_smoke_test:
+            _positive(self.smoke_samples, "--smoke-samples")
+            _positive(self.smoke_generations, "--smoke-generations")
+        _positive(self.save_steps, "--save-steps")
+        _positive(self.save_total_limit, "--save-total-limit")
+        if self.beta > 0 and not self.model.use_lora:
+            warnings.warn(
+                "--beta > 0 without LoRA keeps a second, frozen copy of the model as the KL reference "
+                "(twice the weight memory); with LoRA the reference is the same model with adapters off",
+                stacklevel=2,
+            )
+
+
+@dataclass
+class GenerateConfig:
+    """``python -m generator.generate``: write the SQL for every question of a data split and score it."""
+
+    data: Path
+    """Data set folder written by `python -m data_pipeline.build`."""
+    out: Path
+    """JSONL file of predictions (one per sample, with its reward components); a summary JSON goes next to it."""
+    generator: Path | None = None
+    """Trained generator folder (generator.train_sft / train_grpo output); default: the base --model."""
+    split: str = "test"
+    """Which split to answer: train, validation, test or test_heldout."""
+    db: Path | None = None
+    """SQLite file to execute on; default: the one recorded in the data set."""
+    router: Path | None = None
+    """Router checkpoint folder for the path; default: the gold path."""
+    no_path: bool = False
+    """Prompt with the whole schema and no path (the no-router condition)."""
+    model: Annotated[ModelConfig, tyro.conf.OmitArgPrefixes] = field(default_factory=ModelConfig)
+    """Base model and precision (LoRA settings come from --generator)."""
+    reward: Annotated[SQLRewardConfig, tyro.conf.OmitArgPrefixes] = field(default_factory=SQLRewardConfig)
+    """Execution limits and weights used to score each answer."""
+    k_examples: int = 2
+    """Retrieved few-shot examples (from the training split) in each prompt."""
+    with_reasoning: bool = True
+    """Ask for <reasoning> before <answer>."""
+    max_prompt_tokens: int = 4096
+    """Prompts longer than this are cut from the left (the question stays)."""
+    max_new_tokens: int = 160
+    """New tokens per answer at most."""
+    batch_size: int = 4
+    """Prompts generated together (left-padded, similar lengths grouped)."""
+    temperature: float = 0.0
+    """0: greedy decoding; above 0: sampling at this temperature."""
+    limit: int | None = None
+    """Answer only the first N samples of the split."""
+    seed: int = 0
+    """Random seed (sampling only)."""
+    threads: int | None = None
+    """torch CPU threads; default: torch's choice."""
+    progress: bool = True
+    """Show a progress bar."""
+
+    def __post_init__(self) -> None:
+        if self.split not in SPLIT_NAMES:
+            raise ConfigError(f"must be one of {', '.join(SPLIT_NAMES)}, got {self.split!r}", where="--split")
+        if self.no_path and self.router is not None:
+            raise ConfigError(f"--no-path conflicts with --router {self.router}", where="--no-path")
+        _check_prompt(self.k_examples, self.max_prompt_tokens)
+        _positive(self.max_new_tokens, "--max-new-tokens")
+        _positive(self.batch_size, "--batch-size")
+        if self.temperature < 0:
+            raise ConfigError(f"must be >= 0, got {self.temperature}", where="--temperature")
+        if self.limit is not None:
+            _positive(self.limit, "--limit")
+
+
+def config_to_dict(cfg: object) -> dict[str, Any]:
+    """A config dataclass as JSON-able values (paths as strings, tuples as lists), for run metadata.
+
+    >>> config_to_dict(GeneratorSFTConfig(data=Path("d"), out=Path("o")))["data"]
+    'd'
+    """
+
+    def plain(v: Any) -> Any:
+        if isinstance(v, Path):
+            return str(v)
+        if isinstance(v, dict):
+            return {k: plain(x) for k, x in v.items()}
+        if isinstance(v, list | tuple):
+            return [plain(x) for x in v]
+        return v
+
+    return plain(asdict(cfg))  # type: ignore[call-overload]
