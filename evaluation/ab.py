@@ -1,0 +1,321 @@
+"""``python -m evaluation.ab``: every routing method and generation condition on one test split.
+
+Routing methods (each predicts a path per question; table-set and full-path match are scored):
+
+- ``retrieval``: :class:`evaluation.baselines.RetrievalRouter`, untrained encoder similarity;
+- ``sft``: the router trained by ``python -m router.train_sft`` (``--sft-router``);
+- ``ppo``: the router fine-tuned by ``python -m router.train_ppo`` (``--ppo-router``).
+
+Generation conditions (the generator writes SQL for every question, which is then executed):
+
+- ``no_path``: the whole schema, no route (what a plain text-to-SQL LLM sees);
+- ``routed``: the best available router's path (PPO, else SFT, else retrieval);
+- ``gold``: the labelled path (the upper bound routing can reach).
+
+Metrics, per method or condition, overall and by hop count / language / entity kind:
+``anchor_acc``, ``via_acc``, ``target_acc``, ``full_path_acc``, ``table_set_acc`` (routing);
+``execution_success`` (the query runs without error), ``execution_accuracy`` (Spider test-suite
+rule: rows as a multiset, order only when the gold query has ORDER BY), ``execution_f1`` (soft
+row F1), ``empty_result_rate`` (the query runs and returns nothing) and ``latency_ms`` per
+question. Outputs in ``--out``: ``ab_results.json``, ``report.md``, ``routing.png``,
+``execution.png`` and ``failures.csv`` (one row per wrong route or wrong result).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from data_pipeline.cli import parse, run_main
+from data_pipeline.dataset import BuiltDataset, load_dataset
+from data_pipeline.errors import ConfigError
+from data_pipeline.graph import JoinPath
+from data_pipeline.io import ensure_writable_dir
+from data_pipeline.samples import SPLITS, Sample
+from router.evaluate import PathPredictor, path_metrics
+
+ROUTING_METHODS = ("retrieval", "sft", "ppo")
+CONDITIONS = ("no_path", "routed", "gold")
+
+
+@dataclass
+class ABConfig:
+    """Options of the A/B evaluation."""
+
+    data: str
+    """Data set folder written by ``python -m data_pipeline.build``."""
+    out: str = "runs/ab"
+    """Folder for ab_results.json, report.md, the plots and failures.csv."""
+    split: str = "test"
+    """Split to evaluate on (test, test_heldout, validation, train)."""
+    sft_router: str | None = None
+    """Router folder from ``python -m router.train_sft`` (method ``sft``)."""
+    ppo_router: str | None = None
+    """Router folder from ``python -m router.train_ppo`` (method ``ppo``)."""
+    encoder: str = "multilingual-e5-small"
+    """Encoder of the untrained retrieval baseline."""
+    methods: tuple[str, ...] = ROUTING_METHODS
+    """Routing methods to run; those without a checkpoint are skipped with a note."""
+    generator: str | None = "SmolLM2-135M-Instruct"
+    """Generator: a model name, a causal-LM directory or a trained generator folder; empty skips generation."""
+    conditions: tuple[str, ...] = CONDITIONS
+    """Generation conditions to run."""
+    max_samples: int = 0
+    """Evaluate at most this many samples of the split (0 = all), taken evenly across paths."""
+    generation_samples: int = 0
+    """Of those, generate SQL for at most this many (0 = all); generation is the slow part."""
+    max_new_tokens: int = 160
+    """Tokens per generated answer at most."""
+    batch_size: int = 8
+    """Prompts per generate call."""
+    k_examples: int = 3
+    """Retrieved example queries in each prompt."""
+    timeout_s: float = 5.0
+    """Seconds each query may run."""
+    seed: int = 0
+    """Seed for sample selection and generation."""
+    progress: bool = True
+    """Show progress bars."""
+
+    def __post_init__(self) -> None:
+        if self.split not in SPLITS:
+            raise ConfigError(f"must be one of {', '.join(SPLITS)}, got {self.split!r}", where="--split")
+        for m in self.methods:
+            if m not in ROUTING_METHODS:
+                raise ConfigError(f"unknown method {m!r}; choose from {', '.join(ROUTING_METHODS)}", where="--methods")
+        for c in self.conditions:
+            if c not in CONDITIONS:
+                raise ConfigError(f"unknown condition {c!r}; choose from {', '.join(CONDITIONS)}", where="--conditions")
+        if self.max_samples < 0 or self.generation_samples < 0:
+            raise ConfigError("must be >= 0", where="--max-samples/--generation-samples")
+
+
+def select_samples(samples: Sequence[Sample], n: int) -> list[Sample]:
+    """At most ``n`` samples (all when ``n == 0``), round-robin over paths so every path keeps a share.
+
+    >>> from data_pipeline.graph import JoinPath
+    >>> mk = lambda i, a: Sample(str(i), "db", "q", "en", JoinPath(a, (), a), "SELECT 1")
+    >>> [s.id for s in select_samples([mk(0, "a"), mk(1, "a"), mk(2, "b"), mk(3, "b")], 2)]
+    ['0', '2']
+    """
+    if n == 0 or n >= len(samples):
+        return list(samples)
+    by_path: dict[JoinPath, list[Sample]] = {}
+    for s in samples:
+        by_path.setdefault(s.path, []).append(s)
+    queues = list(by_path.values())
+    out: list[Sample] = []
+    i = 0
+    while len(out) < n:
+        q = queues[i % len(queues)]
+        if q:
+            out.append(q.pop(0))
+        i += 1
+    return sorted(out, key=lambda s: samples.index(s))
+
+
+def table_set_acc(predicted: Sequence[JoinPath], samples: Sequence[Sample]) -> float:
+    """Share of predictions whose set of tables equals the gold path's (direction-blind)."""
+    if not samples:
+        return 0.0
+    return sum(set(p.tables) == set(s.path.tables) for p, s in zip(predicted, samples, strict=True)) / len(samples)
+
+
+def load_routers(
+    cfg: ABConfig, ds: BuiltDataset, extra: dict[str, PathPredictor] | None = None
+) -> dict[str, Callable[[], PathPredictor]]:
+    """Loaders of the routing methods that can run, in the order of ``cfg.methods``, then ``extra``."""
+    loaders: dict[str, Callable[[], PathPredictor]] = {}
+    for m in cfg.methods:
+        if m == "retrieval":
+            from evaluation.baselines import RetrievalRouter
+
+            loaders[m] = lambda: RetrievalRouter(ds.graph, cfg.encoder)
+        elif m in ("sft", "ppo"):
+            ckpt = cfg.sft_router if m == "sft" else cfg.ppo_router
+            if ckpt:
+                from router.route import Router
+
+                loaders[m] = lambda ckpt=ckpt: Router.from_pretrained(ckpt, graph=ds.graph)
+    for name, predictor in (extra or {}).items():
+        loaders[name] = lambda predictor=predictor: predictor
+    return loaders
+
+
+def run_routing(
+    cfg: ABConfig, ds: BuiltDataset, samples: list[Sample], extra: dict[str, PathPredictor] | None = None
+) -> tuple[dict[str, Any], dict[str, list[JoinPath]]]:
+    """Route ``samples`` with every available method; returns (metrics by method, predictions by method)."""
+    metrics: dict[str, Any] = {}
+    predictions: dict[str, list[JoinPath]] = {}
+    questions = [s.question for s in samples]
+    for name, load in load_routers(cfg, ds, extra).items():
+        predictor = load()
+        t0 = time.perf_counter()
+        preds = predictor.predict_paths(questions)
+        elapsed = time.perf_counter() - t0
+        m = path_metrics(preds, samples, ds.graph)
+        m["table_set_acc"] = table_set_acc(preds, samples)
+        m["latency_ms"] = 1000 * elapsed / max(1, len(samples))
+        metrics[name] = m
+        predictions[name] = preds
+    return metrics, predictions
+
+
+def best_routing_method(predictions: dict[str, list[JoinPath]]) -> str | None:
+    """The routed condition uses PPO when present, else SFT, else the first method that ran."""
+    for m in ("ppo", "sft"):
+        if m in predictions:
+            return m
+    return next(iter(predictions), None)
+
+
+def _group_exec(rows: list[dict[str, Any]]) -> dict[str, float | int]:
+    n = len(rows)
+    if n == 0:
+        return {"n": 0}
+    return {
+        "n": n,
+        "execution_success": sum(r["ran"] for r in rows) / n,
+        "execution_accuracy": sum(r["exact"] for r in rows) / n,
+        "execution_f1": sum(r["f1"] for r in rows) / n,
+        "empty_result_rate": sum(r["empty"] for r in rows) / n,
+        "latency_ms": sum(r["latency_ms"] for r in rows) / n,
+    }
+
+
+def execution_metrics(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Aggregate per-sample execution rows (keys ran, exact, f1, empty, latency_ms, hops, language,
+    entity_kind) into the overall metrics and ``by_hops`` / ``by_language`` / ``by_entity_kind``.
+
+    >>> r = [dict(ran=True, exact=True, f1=1.0, empty=False, latency_ms=10.0, hops=1, language="en", entity_kind="real"),
+    ...      dict(ran=False, exact=False, f1=0.0, empty=False, latency_ms=30.0, hops=2, language="zh", entity_kind="fuzzy")]
+    >>> m = execution_metrics(r)
+    >>> m["execution_accuracy"], m["execution_success"], m["by_hops"]["2"]["execution_accuracy"], m["latency_ms"]
+    (0.5, 0.5, 0.0, 20.0)
+    """
+    out: dict[str, Any] = dict(_group_exec(rows))
+    for key in ("hops", "language", "entity_kind"):
+        groups: dict[str, list[dict[str, Any]]] = {}
+        for r in rows:
+            groups.setdefault(str(r[key]), []).append(r)
+        out[f"by_{key}"] = {k: _group_exec(v) for k, v in sorted(groups.items())}
+    return out
+
+
+def run_generation(
+    cfg: ABConfig, ds: BuiltDataset, samples: list[Sample], paths_by_condition: dict[str, list[JoinPath | None]]
+) -> tuple[dict[str, Any], dict[str, list[dict[str, Any]]]]:
+    """Generate, execute and score SQL for every condition; returns (metrics, per-sample rows) by condition."""
+    import torch
+
+    from generator.generate import generate_answers, load_policy, prompt_token_ids, sample_messages
+    from generator.models import ModelConfig
+    from generator.parsing import parse_answer
+    from generator.retrieval import ExampleRetriever
+    from rewards.sql_execution import ExecutionScorer
+
+    torch.manual_seed(cfg.seed)
+    assert cfg.generator  # checked by the caller
+    is_trained = (Path(cfg.generator) / "route2sql_generator.json").is_file()
+    model_cfg = ModelConfig(model=cfg.generator if not is_trained else ModelConfig().model, use_lora=False)
+    model, tokenizer, _ = load_policy(model_cfg, cfg.generator if is_trained else None)
+    retriever = ExampleRetriever(ds.split("train")) if cfg.k_examples > 0 else None
+    scorer = ExecutionScorer(timeout_s=cfg.timeout_s)
+    metrics: dict[str, Any] = {}
+    rows_by_condition: dict[str, list[dict[str, Any]]] = {}
+    for condition, paths in paths_by_condition.items():
+        prompts = [
+            prompt_token_ids(tokenizer, sample_messages(s, ds, retriever, path=p, k=cfg.k_examples))
+            for s, p in zip(samples, paths, strict=True)
+        ]
+        t0 = time.perf_counter()
+        answers = generate_answers(model, tokenizer, prompts, max_new_tokens=cfg.max_new_tokens,
+                                   batch_size=cfg.batch_size, progress=cfg.progress)  # fmt: skip
+        gen_ms = 1000 * (time.perf_counter() - t0) / max(1, len(samples))
+        rows = []
+        for s, p, a in zip(samples, paths, answers, strict=True):
+            parsed = parse_answer(a)
+            t1 = time.perf_counter()
+            score = scorer.score(ds.db_path, parsed.sql, s.sql)
+            exec_ms = 1000 * (time.perf_counter() - t1)
+            ran = score.pred is not None and score.pred.ok
+            rows.append({
+                "condition": condition, "id": s.id, "question": s.question, "language": s.language,
+                "hops": s.path.hops, "entity_kind": s.entity_kind, "path": "" if p is None else str(p),
+                "gold_path": str(s.path), "gold_sql": s.sql, "pred_sql": parsed.sql or "", "ran": ran,
+                "exact": bool(score.exact), "f1": float(score.f1 or 0.0),
+                "empty": bool(ran and not (score.pred.rows or [])), "reason": score.reason,
+                "latency_ms": gen_ms + exec_ms,
+            })  # fmt: skip
+        metrics[condition] = execution_metrics(rows)
+        rows_by_condition[condition] = rows
+    return metrics, rows_by_condition
+
+
+def evaluate(cfg: ABConfig, extra_methods: dict[str, PathPredictor] | None = None) -> dict[str, Any]:
+    """Run the whole A/B evaluation of ``cfg`` and write its outputs; returns the results dict.
+
+    Args:
+        cfg: the options.
+        extra_methods: more routing methods to compare (name -> anything with ``predict_paths``).
+
+    Raises:
+        ConfigError: the split is empty. DataError / CheckpointError: as the loaders raise.
+    """
+    from evaluation.report import write_report
+
+    out = ensure_writable_dir(cfg.out)
+    ds = load_dataset(cfg.data)
+    samples = select_samples(ds.split(cfg.split), cfg.max_samples)
+    if not samples:
+        raise ConfigError(f"split {cfg.split!r} of {cfg.data} has no samples", where="--split")
+    routing, predictions = run_routing(cfg, ds, samples, extra_methods)
+    results: dict[str, Any] = {
+        "config": asdict(cfg),
+        "dataset": {"name": ds.schema.name, "split": cfg.split, "n": len(samples), "db_path": str(ds.db_path)},
+        "routing": routing,
+        "generation": {},
+        "notes": [],
+    }
+    for m in cfg.methods:
+        if m not in routing:
+            results["notes"].append(f"routing method {m!r} skipped: no checkpoint given")
+    gen_rows: dict[str, list[dict[str, Any]]] = {}
+    if cfg.generator and cfg.conditions:
+        gen_samples = select_samples(samples, cfg.generation_samples)
+        index = {s.id: i for i, s in enumerate(samples)}
+        best = best_routing_method(predictions)
+        paths: dict[str, list[JoinPath | None]] = {}
+        for c in cfg.conditions:
+            if c == "no_path":
+                paths[c] = [None] * len(gen_samples)
+            elif c == "gold":
+                paths[c] = [s.path for s in gen_samples]
+            elif best is not None:
+                paths[c] = [predictions[best][index[s.id]] for s in gen_samples]
+                results["generation_routed_by"] = best
+            else:
+                results["notes"].append("condition 'routed' skipped: no routing method ran")
+        results["generation"], gen_rows = run_generation(cfg, ds, gen_samples, paths)
+        results["dataset"]["n_generation"] = len(gen_samples)
+    write_report(out, results, samples, predictions, gen_rows)
+    return results
+
+
+def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
+    """Command-line entry point; prints the headline table and where the report is."""
+    from evaluation.report import headline_table
+
+    cfg = parse(ABConfig, argv, description=__doc__)
+    results = evaluate(cfg)
+    print(headline_table(results))
+    print(f"report: {Path(cfg.out) / 'report.md'}")
+    return results
+
+
+if __name__ == "__main__":
+    run_main(main)
