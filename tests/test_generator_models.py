@@ -81,9 +81,13 @@ def test_default_model_converts_into_plain_hf_dir(converted: Converted, monkeypa
     print(f"conversion: {converted.seconds:.1f} s")
     # the second resolution finds the finished directory and converts nothing
     monkeypatch.setenv("ROUTE2SQL_CACHE", str(converted.cache))
-    t0 = time.perf_counter()
+    import generator.models as gm
+
+    def no_second_conversion(*args, **kwargs):
+        raise AssertionError("converted again although the cached directory is complete")
+
+    monkeypatch.setattr(gm, "convert_gguf_to_hf", no_second_conversion)
     assert resolve_generator(DEFAULT_GENERATOR) == path
-    assert time.perf_counter() - t0 < 0.5
 
 
 def test_chat_template_survives_conversion(model_dir: str) -> None:
@@ -103,15 +107,11 @@ def test_converted_weights_equal_the_gguf_tensors_and_reload_bit_identically(
     from gguf import GGUFReader
     from gguf.quants import dequantize
 
-    t0 = time.perf_counter()
     first, _ = load_generator(ModelConfig(model=model_dir, use_lora=False))
-    load_s = time.perf_counter() - t0
     second, _ = load_generator(ModelConfig(model=model_dir, use_lora=False))
     a, b = first.state_dict(), second.state_dict()
     assert a.keys() == b.keys() and len(a) == 273  # 272 GGUF tensors + the tied lm_head
     assert all(torch.equal(a[k], b[k]) for k in a)
-    # ~0.3 s against ~25 s on 2 quiet cores; compared, not absolute, so a busy machine slows both
-    assert load_s < converted.seconds / 5, f"load {load_s:.2f} s vs conversion {converted.seconds:.2f} s"
 
     # independently of transformers' GGUF loader: dequantise the source tensors with `gguf`
     names = {
