@@ -29,8 +29,10 @@ a non-empty one scores 0.
 through :class:`data_pipeline.backends.sqlite.SQLiteExecutor`: one read-only SELECT, a timeout
 enforced inside SQLite, at most ``max_rows`` rows. A predicted query that is rejected, fails,
 times out, or returns more than ``max_rows`` rows (when the gold result does not) scores 0.0
-with its reason logged (logger ``rewards.sql_execution``; rejections, timeouts and too many
-rows at WARNING, other failures at DEBUG). Gold results are cached per (database file, gold SQL). A gold query
+with its reason logged (logger ``rewards.sql_execution``: timeouts at WARNING, refused
+statements and too many rows at INFO, text that is not SQL and other failures at DEBUG, so a
+base model's thousands of broken queries stay quiet) and returned in
+:attr:`ExecutionScore.reason`, for the trainer to count. Gold results are cached per (database file, gold SQL). A gold query
 that *fails* raises :class:`~data_pipeline.errors.DataError`: seed 000 trained all night on an
 execution reward that was silently 0 because the database path was wrong, so a gold query that
 cannot run on the given database stops the run instead. A gold query that times out or exceeds
@@ -373,12 +375,11 @@ class ExecutionScorer:
             return ExecutionScore(0.0, False, "no SQL in the completion")
         pred = self._run(db, pred_sql)
         if not pred.ok:
-            level = logging.WARNING if pred.timed_out or (pred.error or "").startswith("rejected") else logging.DEBUG
-            logger.log(level, "predicted SQL scored 0 (%s): %s", pred.error, pred_sql)
+            logger.log(_log_level(pred), "predicted SQL scored 0 (%s): %s", pred.error, pred_sql)
             return ExecutionScore(0.0, False, str(pred.error), pred)
         if pred.truncated:
             reason = f"returned more than {self.max_rows} rows (gold has {len(gold.rows or [])})"
-            logger.warning("predicted SQL scored 0 (%s): %s", reason, pred_sql)
+            logger.info("predicted SQL scored 0 (%s): %s", reason, pred_sql)
             return ExecutionScore(0.0, False, reason, pred)
         pred_rows, gold_rows = pred.rows or [], gold.rows or []
         f1 = rows_f1(pred_rows, gold_rows)
@@ -392,6 +393,17 @@ class ExecutionScorer:
         if not exact:
             logger.debug("predicted SQL scored %.3f (%s): %s", f1, reason, pred_sql)
         return ExecutionScore(f1, exact, reason, pred)
+
+
+def _log_level(result: ExecutionResult) -> int:
+    """WARNING for a timeout (rare, and it costs a whole timeout), INFO for a refused statement
+    (a write, ATTACH, PRAGMA, several statements), DEBUG for text that is not SQL and for errors."""
+    error = result.error or ""
+    if result.timed_out:
+        return logging.WARNING
+    if error.startswith("rejected") and not error.startswith(("rejected: not valid SQL", "rejected: empty query")):
+        return logging.INFO
+    return logging.DEBUG
 
 
 def _per_item(value: str | Path | Sequence[str | Path], n: int, name: str) -> list[str | Path]:

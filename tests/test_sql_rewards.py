@@ -229,3 +229,15 @@ def test_gold_timeout_is_not_judged_and_not_cached(dbs):
         assert score.f1 is None and "timed out" in score.reason
         assert scorer.gold_executions == expected_runs
     scorer.executor.close()
+
+
+def test_log_levels(dbs, scorer, caplog):
+    by_name = {c.name: c for c in CASES}
+    expected = {"runaway_recursive_cte": logging.WARNING, "drop_table": logging.INFO, "several_statements": logging.INFO,
+                "non_sql_text_in_answer": logging.DEBUG, "unknown_column": logging.DEBUG}  # fmt: skip
+    for name, level in expected.items():
+        case = by_name[name]
+        caplog.clear()
+        with caplog.at_level(logging.DEBUG, logger="rewards.sql_execution"):
+            sql_reward_components([case.completion], [case.gold], dbs[case.db], CONFIG, scorer)
+        assert [r.levelno for r in caplog.records if "scored 0" in r.getMessage()] == [level], name
