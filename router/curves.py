@@ -1,0 +1,57 @@
+"""Training-curve plot of a PPO run (matplotlib, written as a PNG without a display)."""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Sequence
+from pathlib import Path
+
+from data_pipeline.io import atomic_write_bytes
+
+
+def plot_ppo_curve(history: Sequence[dict[str, float]], out_file: str | Path, target_kl: float | None = None, title: str = "") -> Path:
+    """Three panels over PPO updates: validation full-path accuracy (with its start and the
+    start minus 2 points, the collapse line), ``train/approx_kl`` (with ``target_kl``), and
+    ``rollout/reward_mean``. Rows lacking a metric are skipped for that panel.
+
+    Args:
+        history: metric rows, each with ``update`` and any of the plotted keys.
+        out_file: PNG path (written atomically).
+        target_kl: drawn as a dashed line when given.
+        title: figure title.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    def series(key: str) -> tuple[list[float], list[float]]:
+        rows = [r for r in history if key in r]
+        return [r["update"] for r in rows], [r[key] for r in rows]
+
+    fig, axes = plt.subplots(1, 3, figsize=(14, 3.8))
+    x, acc = series("route/full_path_acc")
+    ax = axes[0]
+    if acc:
+        ax.plot(x, [100 * a for a in acc], marker="o", ms=3, label="validation full-path acc")
+        ax.axhline(100 * acc[0], color="gray", lw=0.8, label="start (SFT)")
+        ax.axhline(100 * acc[0] - 2, color="red", ls=":", lw=0.8, label="start - 2 points")
+        ax.legend(fontsize=8)
+    ax.set(xlabel="PPO update", ylabel="%", title="route/full_path_acc (validation)")
+    x, kl = series("train/approx_kl")
+    axes[1].plot(x, kl, marker="o", ms=3)
+    if target_kl is not None:
+        axes[1].axhline(target_kl, color="red", ls="--", lw=0.8, label=f"target_kl {target_kl}")
+        axes[1].legend(fontsize=8)
+    axes[1].set(xlabel="PPO update", title="train/approx_kl")
+    x, rew = series("rollout/reward_mean")
+    axes[2].plot(x, rew, marker="o", ms=3)
+    axes[2].set(xlabel="PPO update", title="rollout/reward_mean")
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110)
+    plt.close(fig)
+    atomic_write_bytes(out_file, buf.getvalue())
+    return Path(out_file)

@@ -1,0 +1,97 @@
+"""Resumable PPO checkpoints: the router weights plus everything needed to continue the same run.
+
+Layout of a checkpoint folder (replaced in one rename by :func:`data_pipeline.io.atomic_directory`,
+so a run killed while saving leaves the previous checkpoint intact)::
+
+    CKPT/model/             RouterModel.save_pretrained (loadable on its own)
+    CKPT/trainer_state.pt   TrainerState below (torch.save; optimizer, scheduler, RNG states)
+    CKPT/config.json        the PPO config of the run (to refuse resuming with another one)
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from data_pipeline.errors import CheckpointError
+from data_pipeline.io import atomic_directory, write_json
+from router.model import RouterModel
+
+STATE_FILE = "trainer_state.pt"
+CONFIG_FILE = "config.json"
+MODEL_DIR = "model"
+
+
+@dataclass
+class TrainerState:
+    """What a resumed run needs besides the weights.
+
+    Attributes:
+        update: PPO updates completed.
+        global_step: env steps collected (``update * n_steps * n_envs``).
+        actor_optimizer, critic_optimizer, actor_scheduler, critic_scheduler: ``state_dict()`` s.
+        shuffle_rng: state of the minibatch-shuffling ``torch.Generator``.
+        torch_rng, numpy_rng, python_rng: global RNG states (action sampling uses torch's).
+        env_rng: each sub-env's ``np_random`` state; ``pending``: the question each env shows.
+        history: metrics rows logged so far.
+        extra: anything else (e.g. the starting validation accuracy).
+    """
+
+    update: int
+    global_step: int
+    actor_optimizer: dict[str, Any]
+    critic_optimizer: dict[str, Any]
+    actor_scheduler: dict[str, Any]
+    critic_scheduler: dict[str, Any]
+    shuffle_rng: torch.Tensor
+    env_rng: list[dict[str, Any]]
+    pending: list[int]
+    history: list[dict[str, float]]
+    torch_rng: torch.Tensor = field(default_factory=torch.get_rng_state)
+    numpy_rng: dict[str, Any] = field(default_factory=lambda: np.random.get_state(legacy=False))
+    python_rng: Any = field(default_factory=random.getstate)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def restore_global_rngs(self) -> None:
+        """Set torch, numpy and python global RNGs to the saved states."""
+        torch.set_rng_state(self.torch_rng)
+        np.random.set_state(self.numpy_rng)
+        random.setstate(self.python_rng)
+
+
+def save_checkpoint(ckpt_dir: str | Path, model: RouterModel, metadata: dict[str, Any], state: TrainerState, config: dict[str, Any]) -> Path:
+    """Write ``ckpt_dir`` atomically (layout in the module docstring)."""
+    with atomic_directory(ckpt_dir) as tmp:
+        model.save_pretrained(tmp / MODEL_DIR, metadata)
+        torch.save(state.__dict__, tmp / STATE_FILE)
+        write_json(tmp / CONFIG_FILE, config)
+    return Path(ckpt_dir)
+
+
+def load_checkpoint(ckpt_dir: str | Path) -> tuple[RouterModel, TrainerState, dict[str, Any]]:
+    """Read a checkpoint written by :func:`save_checkpoint`.
+
+    Returns:
+        ``(model, state, config)``.
+
+    Raises:
+        CheckpointError: a missing or unreadable file (named).
+    """
+    d = Path(ckpt_dir)
+    for name in (MODEL_DIR, STATE_FILE, CONFIG_FILE):
+        if not (d / name).exists():
+            raise CheckpointError(f"not a PPO checkpoint (no {name})", where=d)
+    model, _ = RouterModel.from_pretrained(d / MODEL_DIR)
+    try:
+        raw = torch.load(d / STATE_FILE, weights_only=False)
+        state = TrainerState(**raw)
+        config = json.loads((d / CONFIG_FILE).read_text(encoding="utf-8"))
+    except (OSError, RuntimeError, TypeError, ValueError) as exc:
+        raise CheckpointError(f"unreadable trainer state ({exc})", where=d / STATE_FILE) from exc
+    return model, state, config

@@ -1,0 +1,537 @@
+"""PPO fine-tuning of the router from its SFT checkpoint (phase 2 of seed 002).
+
+    python -m router.train_ppo --init runs/sft/northwind --data runs/data/northwind --out runs/ppo/northwind
+
+The loop reads top to bottom like ``cleanrl/ppo.py``: roll out the policy in the registered
+schema-routing env (:mod:`envs.schema_routing`, ``n_envs`` copies, one question per episode),
+compute GAE advantages (:mod:`router.buffer`), then ``n_epochs`` of shuffled minibatches of the
+clipped PPO loss, stopping the update's epochs as soon as a minibatch's ``approx_kl`` exceeds
+``target_kl`` (its optimizer step is skipped, as SB3 does). Then log, validate, checkpoint.
+
+Actor and critic both start from the SFT checkpoint (seed 002: a randomly initialised critic on
+a shared backbone took the actor from 97% to 8%). The SFT value head was already fitted to the
+SFT policy's expected reward (:func:`router.train_sft.calibrate_value`). The critic reads
+*detached* encoder features (:meth:`router.model.RouterModel.value`), so the value loss cannot
+reach the actor's encoder or heads; the actor and critic parameter sets are disjoint and get
+their own optimizers and learning rates. The policy runs with dropout off (eval mode) in both the
+rollout and the update, so the probability ratio is exactly 1 before the first step.
+
+Presets (``--preset``; a flag given on the command line wins over the preset):
+
+=================  ===========  ===========  ======================================================
+field              fast         golden       why
+=================  ===========  ===========  ======================================================
+actor_lr           3e-5         1e-6         golden = seed 002; 1e-6 barely moves a 3-layer
+                                             fine-tune in a few minutes on 2 cores
+critic_lr          1e-4         5e-6         critic faster than the actor (seed 002)
+clip_range         0.1          0.1          small clip range (seed 002)
+total_updates      30           30           ~2-3 min on 2 cores (Northwind)
+=================  ===========  ===========  ======================================================
+
+Both: cosine decay of both learning rates over ``total_updates``, gradient accumulation
+(``minibatch_size / micro_batch_size`` micro-batches per optimizer step), per-minibatch advantage
+normalisation, rewards clipped to ``[-reward_clip, reward_clip]`` = [-2, 2], ``target_kl`` 0.1.
+
+Outputs:
+
+- ``--out``: the final router (``RouterModel.save_pretrained`` layout, loadable like the SFT
+  checkpoint) plus ``eval.json`` (SFT and PPO on each evaluation split) and ``metrics.jsonl``;
+- ``--log-dir`` (default ``OUT.logs``): ``metrics.jsonl`` (one row per update), TensorBoard
+  events, ``training_curve.png``;
+- ``--checkpoint-dir`` (default ``OUT.ckpt``): the resumable state (:mod:`router.ppo_checkpoint`),
+  replaced atomically every ``checkpoint_every`` updates. ``--resume`` continues from it.
+
+Metrics (one row per update, TensorBoard and ``metrics.jsonl``):
+
+- ``rollout/reward_mean``: mean clipped reward of the rollout's answers;
+- ``rollout/reward/<component>``: mean of each reward component (anchor, via, target, legal, raw_total);
+- ``rollout/success_rate``: share of rollout answers equal to the gold path (sampled, not greedy);
+- ``train/approx_kl``: mean over the update's minibatches of ``E[(ratio - 1) - log ratio]``,
+  an estimate of KL(old || new) (http://joschu.net/blog/kl-approx.html);
+- ``train/clip_fraction``: share of samples whose ratio left ``[1 - clip, 1 + clip]``;
+- ``train/entropy_loss``: minus the mean entropy of the policy over legal paths (nats);
+- ``train/policy_gradient_loss``: the clipped surrogate loss;
+- ``train/value_loss``: MSE of the value head against the returns;
+- ``train/explained_variance``: ``1 - Var(returns - values) / Var(returns)`` over the rollout
+  (1 = perfect critic, 0 = no better than a constant);
+- ``train/epochs``: epochs completed in the update (fewer than ``n_epochs`` after a KL stop);
+  ``train/kl_stop``: 1 when the update was stopped by ``target_kl``;
+- ``train/actor_lr``, ``train/critic_lr``: learning rates after the update;
+- ``route/full_path_acc``, ``route/anchor_acc``, ``route/via_acc``, ``route/target_acc``,
+  ``route/nonnull_via_acc``, ``route/mean_reward``: greedy decoding on the validation split
+  (row ``update = 0`` is the SFT start);
+- ``time/update_s``, ``time/fps``: wall time of the update and env steps per second.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import sys
+import time
+import warnings
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import torch
+
+from data_pipeline.cli import parse, run_main
+from data_pipeline.dataset import load_dataset
+from data_pipeline.errors import CheckpointError, ConfigError, DataError
+from data_pipeline.io import write_json, write_jsonl
+from rewards.router import COMPONENTS, RewardConfig
+from router.buffer import RolloutBuffer
+from router.curves import plot_ppo_curve
+from router.evaluate import format_table, path_metrics
+from router.model import PathSpace, RouterModel
+from router.policy import RouterPolicy
+from router.ppo_checkpoint import STATE_FILE, TrainerState, load_checkpoint, save_checkpoint
+from router.rollout import OBS_KEYS, env_rng_states, make_routing_envs, policy_batch, restore_envs, routing_features
+from router.train_sft import EncodedSplit, RewardTable, encode_split, lr_lambda, predict_split
+
+PRESETS: dict[str, dict[str, Any]] = {
+    "fast": {"actor_lr": 3e-5, "critic_lr": 1e-4, "clip_range": 0.1, "total_updates": 30},
+    "golden": {"actor_lr": 1e-6, "critic_lr": 5e-6, "clip_range": 0.1, "total_updates": 30},
+}
+"""Named settings (table in the module docstring); fields left at their class default take them."""
+
+# fields that may differ between a run and its resumption
+RESUME_FREE = ("resume", "stop_after", "threads", "progress", "tensorboard")
+
+
+@dataclass
+class PPOConfig:
+    """Options of ``python -m router.train_ppo`` (see the module docstring for presets and metrics)."""
+
+    data: Path
+    """Data set folder written by ``python -m data_pipeline.build`` (schema.json + samples.jsonl)."""
+    init: Path
+    """SFT checkpoint (``python -m router.train_sft --out``): actor and critic both start from it."""
+    out: Path
+    """Folder for the final router (replaced atomically at the end)."""
+    preset: Literal["fast", "golden"] = "fast"
+    """Named settings: ``fast`` (measurable within minutes on 2 cores) or seed 002's ``golden`` config."""
+    actor_lr: float = 3e-5
+    """Peak learning rate of the actor (trainable encoder layers and the three heads)."""
+    critic_lr: float = 1e-4
+    """Peak learning rate of the critic (value head); higher than the actor's (seed 002)."""
+    clip_range: float = 0.1
+    """PPO clip range epsilon: the ratio is clipped to [1 - eps, 1 + eps]."""
+    target_kl: float = 0.1
+    """Stop an update's epochs when a minibatch's approx_kl exceeds this (seed 002: 0.1)."""
+    total_updates: int = 30
+    """PPO updates (rollout + optimisation) in the whole run."""
+    n_envs: int = 16
+    """Parallel routing envs (questions answered per rollout step)."""
+    n_steps: int = 8
+    """Rollout steps per env per update; an update sees n_envs * n_steps answers."""
+    n_epochs: int = 4
+    """Passes over the rollout per update (fewer after a KL stop)."""
+    minibatch_size: int = 64
+    """Answers per optimizer step."""
+    micro_batch_size: int = 32
+    """Answers per forward/backward; gradients of minibatch_size / micro_batch_size micro-batches accumulate."""
+    gamma: float = 1.0
+    """Discount (irrelevant for one-step episodes; kept for the general GAE)."""
+    gae_lambda: float = 1.0
+    """GAE lambda (irrelevant for one-step episodes)."""
+    normalize_advantage: bool = True
+    """Normalise advantages to mean 0, std 1 within each minibatch."""
+    reward_clip: float = 2.0
+    """Rewards are clipped to [-reward_clip, reward_clip] before GAE (seed 002: 2)."""
+    ent_coef: float = 0.0
+    """Entropy bonus weight."""
+    vf_coef: float = 0.5
+    """Value loss weight (only the critic's parameters receive it)."""
+    max_grad_norm: float = 1.0
+    """Gradient norm clip, applied to actor and critic separately."""
+    eval_every: int = 1
+    """Validate (greedy full-path accuracy) every this many updates."""
+    checkpoint_every: int = 5
+    """Write the resumable checkpoint every this many updates (and at the end)."""
+    keep: Literal["last", "best"] = "last"
+    """Final router: the last update's, or the one with the best validation accuracy (SFT start included)."""
+    resume: bool = False
+    """Continue the run saved in --checkpoint-dir (same options); without one, start from --init."""
+    stop_after: int = 0
+    """Exit after this many updates of this invocation, leaving a resumable checkpoint (0: run to the end)."""
+    seed: int = 0
+    """Seed of env sampling, action sampling and minibatch shuffling."""
+    threads: int = 0
+    """Torch CPU threads (0: all cores)."""
+    max_train_samples: int = 0
+    """Use only the first N training samples (0: all); for quick runs."""
+    log_dir: Path | None = None
+    """metrics.jsonl, TensorBoard events and training_curve.png (default: OUT.logs)."""
+    checkpoint_dir: Path | None = None
+    """Resumable state (default: OUT.ckpt)."""
+    tensorboard: bool = True
+    """Write TensorBoard events."""
+    progress: bool = True
+    """Print one line per update."""
+    eval_splits: tuple[str, ...] = ("validation", "test", "test_heldout")
+    """Splits on which the SFT start and the final PPO router are compared (those present)."""
+    reward: RewardConfig = field(default_factory=RewardConfig)
+    """Router reward (rewards.router) paid by the env."""
+
+    def __post_init__(self) -> None:
+        defaults = {f.name: f.default for f in fields(PPOConfig) if not callable(f.default_factory)}  # type: ignore[misc]
+        for name, value in PRESETS[self.preset].items():
+            if getattr(self, name) == defaults[name]:
+                setattr(self, name, value)
+        for name in ("actor_lr", "critic_lr", "clip_range", "target_kl", "reward_clip"):
+            if not getattr(self, name) > 0:
+                raise ConfigError(f"must be > 0, got {getattr(self, name)}", where=f"--{name.replace('_', '-')}")
+        for name in ("total_updates", "n_envs", "n_steps", "n_epochs", "minibatch_size", "micro_batch_size", "eval_every", "checkpoint_every"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"must be >= 1, got {getattr(self, name)}", where=f"--{name.replace('_', '-')}")
+        if self.micro_batch_size > self.minibatch_size:
+            raise ConfigError(
+                f"--micro-batch-size {self.micro_batch_size} is larger than --minibatch-size {self.minibatch_size}",
+                where="--micro-batch-size",
+            )
+        rollout = self.n_envs * self.n_steps
+        if self.minibatch_size > rollout:
+            raise ConfigError(
+                f"--minibatch-size {self.minibatch_size} is larger than a rollout (n_envs {self.n_envs} x n_steps {self.n_steps} = {rollout})",
+                where="--minibatch-size",
+            )
+        if rollout % self.minibatch_size:
+            warnings.warn(
+                f"a rollout of {rollout} answers is not a multiple of --minibatch-size {self.minibatch_size}: "
+                f"the last minibatch of each epoch has {rollout % self.minibatch_size}",
+                stacklevel=2,
+            )
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        for k, v in d.items():
+            if isinstance(v, Path):
+                d[k] = str(v)
+        d["eval_splits"] = list(self.eval_splits)
+        return d
+
+    @property
+    def log_path(self) -> Path:
+        return Path(self.log_dir) if self.log_dir is not None else Path(str(self.out) + ".logs")
+
+    @property
+    def checkpoint_path(self) -> Path:
+        return Path(self.checkpoint_dir) if self.checkpoint_dir is not None else Path(str(self.out) + ".ckpt")
+
+
+@dataclass
+class PPOResult:
+    """What :func:`train` returns: the final router folder, SFT vs PPO metrics per split, the history."""
+
+    out: Path | None
+    metrics: dict[str, dict[str, Any]]
+    history: list[dict[str, float]]
+    updates_done: int
+    wall_s: float
+
+
+def evaluate_split(policy: RouterPolicy, split: EncodedSplit, reward: RewardConfig) -> dict[str, Any]:
+    """Greedy routing metrics (:func:`router.evaluate.path_metrics`) of a cached split."""
+    preds, _ = predict_split(policy, split)
+    return path_metrics([policy.space.paths[i] for i in preds], split.samples, policy.space.graph, reward)
+
+
+def route_row(m: dict[str, Any]) -> dict[str, float]:
+    keys = ("full_path_acc", "anchor_acc", "via_acc", "target_acc", "nonnull_via_acc", "mean_reward")
+    return {f"route/{k}": float(m[k]) for k in keys if k in m}
+
+
+def _check_resumable(saved: dict[str, Any], cfg: PPOConfig, where: Path) -> None:
+    now = cfg.to_dict()
+    diff = [k for k in now if k not in RESUME_FREE and saved.get(k) != now[k]]
+    if diff:
+        pairs = ", ".join(f"{k}: saved {saved.get(k)!r} vs now {now[k]!r}" for k in diff)
+        raise CheckpointError(f"cannot resume with different options ({pairs})", where=where)
+
+
+def train(cfg: PPOConfig) -> PPOResult:
+    """Run PPO as ``cfg`` says; returns the result (``out`` is None when ``stop_after`` ended the run early).
+
+    Raises:
+        DataError: the data set is missing or has no training or validation samples.
+        CheckpointError: ``--init`` is not a router checkpoint or was trained on another schema;
+            a checkpoint to resume is unreadable or was made with other options.
+        ConfigError: a checkpoint exists but ``--resume`` was not given.
+    """
+    t0 = time.perf_counter()
+    if cfg.threads > 0:
+        torch.set_num_threads(cfg.threads)
+    random.seed(cfg.seed)
+    np.random.seed(cfg.seed)
+    torch.manual_seed(cfg.seed)
+
+    # ---- data, policy (actor and critic from SFT, or from the checkpoint being resumed)
+    ds = load_dataset(cfg.data)
+    samples_file = str(Path(cfg.data) / "samples.jsonl")
+    train_samples = ds.split("train")
+    if cfg.max_train_samples > 0:
+        train_samples = train_samples[: cfg.max_train_samples]
+    val_samples = ds.split("validation")
+    for name, s in (("train", train_samples), ("validation", val_samples)):
+        if not s:
+            raise DataError(f"no samples in split {name!r}", where=samples_file)
+    ckpt_dir, log_dir = cfg.checkpoint_path, cfg.log_path
+    state: TrainerState | None = None
+    if (ckpt_dir / STATE_FILE).exists():
+        if not cfg.resume:
+            raise ConfigError(f"a checkpoint exists in {ckpt_dir}; pass --resume to continue it or remove it", where="--resume")
+        model, state, saved_cfg = load_checkpoint(ckpt_dir)
+        _check_resumable(saved_cfg, cfg, ckpt_dir)
+        init_meta: dict[str, Any] = json.loads((ckpt_dir / "model" / "config.json").read_text(encoding="utf-8"))
+    else:
+        if cfg.resume:
+            warnings.warn(f"--resume: no checkpoint in {ckpt_dir}, starting from --init {cfg.init}", stacklevel=2)
+        model, init_meta = RouterModel.from_pretrained(cfg.init)
+    fp = init_meta.get("schema_fingerprint")
+    if fp is not None and fp != ds.schema.fingerprint():
+        raise CheckpointError(f"router was trained on schema {init_meta.get('schema_name')!r} ({fp}), data is {ds.schema.name!r}", where=cfg.init)
+    policy = RouterPolicy(model, PathSpace(ds.graph))
+    policy.eval()  # dropout off in rollout and update alike: ratio == 1 before the first step
+    rewards_table = RewardTable(policy.space, cfg.reward)
+    train_set = encode_split(policy, train_samples, rewards_table, samples_file)
+    val_set = encode_split(policy, val_samples, rewards_table, samples_file)
+
+    # ---- envs, buffer, optimizers (separate: actor and critic parameters are disjoint)
+    features = routing_features(train_set, vocab_size=len(model.tokenizer))
+    envs = make_routing_envs(ds.graph, train_set, features, cfg.reward, cfg.n_envs)
+    obs_shapes = {k: (s.shape, s.dtype) for k, s in features.spaces.items()} | {"sample_index": ((), np.int64)}
+    buffer = RolloutBuffer(cfg.n_steps, cfg.n_envs, obs_shapes, cfg.gamma, cfg.gae_lambda)
+    actor_params, critic_params = policy.actor_parameters(), policy.critic_parameters()
+    actor_opt = torch.optim.AdamW(actor_params, lr=cfg.actor_lr, weight_decay=0.0)
+    critic_opt = torch.optim.Adam(critic_params, lr=cfg.critic_lr)
+    actor_sched = torch.optim.lr_scheduler.LambdaLR(actor_opt, lr_lambda(cfg.total_updates, 0.0))
+    critic_sched = torch.optim.lr_scheduler.LambdaLR(critic_opt, lr_lambda(cfg.total_updates, 0.0))
+    shuffle_gen = torch.Generator().manual_seed(cfg.seed)
+
+    if state is not None:
+        actor_opt.load_state_dict(state.actor_optimizer)
+        critic_opt.load_state_dict(state.critic_optimizer)
+        actor_sched.load_state_dict(state.actor_scheduler)
+        critic_sched.load_state_dict(state.critic_scheduler)
+        shuffle_gen.set_state(state.shuffle_rng)
+        obs, info = restore_envs(envs, state.env_rng, state.pending)
+        state.restore_global_rngs()
+        history, start_update, global_step, extra = state.history, state.update, state.global_step, state.extra
+    else:
+        obs, info = envs.reset(seed=cfg.seed)
+        start = evaluate_split(policy, val_set, cfg.reward)
+        sft_eval = {"validation": start}
+        for name in cfg.eval_splits:
+            if name not in ("validation", "train") and ds.split(name):
+                sft_eval[name] = evaluate_split(policy, encode_split(policy, ds.split(name), rewards_table, samples_file), cfg.reward)
+        history = [{"update": 0, "global_step": 0} | route_row(start)]
+        start_update, global_step = 0, 0
+        extra = {"start_val_acc": start["full_path_acc"], "best_val_acc": start["full_path_acc"], "best_update": 0, "sft_eval": sft_eval}
+    best_state = {k: v.detach().clone() for k, v in model.state_dict().items()} if cfg.keep == "best" and start_update == 0 else None
+
+    log_dir.mkdir(parents=True, exist_ok=True)
+    writer = None
+    if cfg.tensorboard:
+        from torch.utils.tensorboard import SummaryWriter
+
+        writer = SummaryWriter(str(log_dir / "tensorboard"))
+
+    def checkpoint(update: int) -> None:
+        st = TrainerState(
+            update=update, global_step=global_step,
+            actor_optimizer=actor_opt.state_dict(), critic_optimizer=critic_opt.state_dict(),
+            actor_scheduler=actor_sched.state_dict(), critic_scheduler=critic_sched.state_dict(),
+            shuffle_rng=shuffle_gen.get_state(), env_rng=env_rng_states(envs),
+            pending=[int(i) for i in info["sample_index"]], history=history, extra=extra,
+        )  # fmt: skip
+        meta = {"schema_fingerprint": ds.schema.fingerprint(), "schema_name": ds.schema.name, "ppo_update": update}
+        save_checkpoint(ckpt_dir, model, meta, st, cfg.to_dict())
+
+    updates_this_run = 0
+    for update in range(start_update + 1, cfg.total_updates + 1):
+        t_update = time.perf_counter()
+
+        # ---- 1. rollout: n_steps x n_envs one-question episodes
+        buffer.reset()
+        comp_sum: Counter[str] = Counter()
+        successes = 0
+        for _ in range(cfg.n_steps):
+            index = np.asarray(info["sample_index"])
+            with torch.no_grad():
+                actions, values, log_probs = policy(policy_batch(obs, index, train_set))
+            next_obs, rewards, terminated, truncated, next_info = envs.step(actions.numpy())
+            rewards = np.clip(rewards, -cfg.reward_clip, cfg.reward_clip)
+            buffer.add({**{k: obs[k] for k in OBS_KEYS}, "sample_index": index}, actions.numpy(), rewards,
+                       terminated | truncated, values.numpy(), log_probs.numpy())  # fmt: skip
+            final = next_info["final_info"]
+            for k in (*COMPONENTS, "raw_total"):
+                comp_sum[k] += float(np.sum(final["reward_components"][k]))
+            comp_sum["reward"] += float(np.sum(rewards))
+            successes += int(np.sum(final["is_success"]))
+            obs, info = next_obs, next_info
+        n_rollout = cfg.n_steps * cfg.n_envs
+        global_step += n_rollout
+
+        # ---- 2. advantages (GAE; every episode is one step, so A = r - V)
+        last_done = buffer.dones[-1].astype(bool)
+        last_values = np.zeros(cfg.n_envs, dtype=np.float32)
+        if not last_done.all():
+            with torch.no_grad():
+                last_values = policy.predict_values(policy_batch(obs, info["sample_index"], train_set)).numpy()
+        buffer.compute_returns_and_advantage(last_values)
+
+        # ---- 3. optimise: clipped surrogate, gradient accumulation, stop on approx_kl > target_kl
+        stats: Counter[str] = Counter()
+        n_mb, epochs_done, kl_stop = 0, 0, False
+        for _epoch in range(cfg.n_epochs):
+            for mb in buffer.minibatches(cfg.minibatch_size, shuffle_gen):
+                adv = mb.advantages
+                if cfg.normalize_advantage and len(mb) > 1:
+                    adv = (adv - adv.mean()) / (adv.std() + 1e-8)
+                actor_opt.zero_grad(set_to_none=True)
+                critic_opt.zero_grad(set_to_none=True)
+                mb_stats: Counter[str] = Counter()
+                for lo in range(0, len(mb), cfg.micro_batch_size):
+                    sl = slice(lo, lo + cfg.micro_batch_size)
+                    weight = len(mb.actions[sl]) / len(mb)
+                    batch = policy_batch({k: mb.observations[k][sl] for k in OBS_KEYS}, mb.observations["sample_index"][sl], train_set)
+                    values, log_prob, entropy = policy.evaluate_actions(batch, mb.actions[sl])
+                    log_ratio = log_prob - mb.old_log_prob[sl]
+                    ratio = log_ratio.exp()
+                    pg_loss = torch.max(-adv[sl] * ratio, -adv[sl] * ratio.clamp(1 - cfg.clip_range, 1 + cfg.clip_range)).mean()
+                    value_loss = torch.nn.functional.mse_loss(values, mb.returns[sl])
+                    entropy_loss = -entropy.mean()
+                    loss = pg_loss + cfg.ent_coef * entropy_loss + cfg.vf_coef * value_loss
+                    (loss * weight).backward()
+                    with torch.no_grad():
+                        mb_stats["approx_kl"] += float(((ratio - 1) - log_ratio).mean()) * weight
+                        mb_stats["clip_fraction"] += float(((ratio - 1).abs() > cfg.clip_range).float().mean()) * weight
+                        mb_stats["policy_gradient_loss"] += float(pg_loss) * weight
+                        mb_stats["value_loss"] += float(value_loss) * weight
+                        mb_stats["entropy_loss"] += float(entropy_loss) * weight
+                if mb_stats["approx_kl"] > cfg.target_kl:
+                    kl_stop = True  # this minibatch's step is skipped (SB3); later epochs do not run
+                    break
+                torch.nn.utils.clip_grad_norm_(actor_params, cfg.max_grad_norm)
+                torch.nn.utils.clip_grad_norm_(critic_params, cfg.max_grad_norm)
+                actor_opt.step()
+                critic_opt.step()
+                stats.update(mb_stats)
+                n_mb += 1
+            if kl_stop:
+                break
+            epochs_done += 1
+        actor_sched.step()
+        critic_sched.step()
+
+        # ---- 4. log, validate, checkpoint
+        values_flat, returns_flat = buffer.values.ravel(), buffer.returns.ravel()
+        var_ret = float(np.var(returns_flat))
+        row: dict[str, float] = {"update": update, "global_step": global_step}
+        row["rollout/reward_mean"] = comp_sum["reward"] / n_rollout
+        for k in (*COMPONENTS, "raw_total"):
+            row[f"rollout/reward/{k}"] = comp_sum[k] / n_rollout
+        row["rollout/success_rate"] = successes / n_rollout
+        for k in ("approx_kl", "clip_fraction", "policy_gradient_loss", "value_loss", "entropy_loss"):
+            row[f"train/{k}"] = stats[k] / n_mb if n_mb else float("nan")
+        if kl_stop and n_mb == 0:
+            row["train/approx_kl"] = mb_stats["approx_kl"]
+        row["train/explained_variance"] = 1.0 - float(np.var(returns_flat - values_flat)) / var_ret if var_ret > 0 else float("nan")
+        row["train/epochs"] = epochs_done
+        row["train/kl_stop"] = float(kl_stop)
+        row["train/actor_lr"] = actor_sched.get_last_lr()[0]
+        row["train/critic_lr"] = critic_sched.get_last_lr()[0]
+        if update % cfg.eval_every == 0 or update == cfg.total_updates:
+            m = evaluate_split(policy, val_set, cfg.reward)
+            row |= route_row(m)
+            if m["full_path_acc"] > extra["best_val_acc"]:
+                extra["best_val_acc"], extra["best_update"] = m["full_path_acc"], update
+                if cfg.keep == "best":
+                    best_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+        row["time/update_s"] = time.perf_counter() - t_update
+        row["time/fps"] = n_rollout / row["time/update_s"]
+        history.append(row)
+        write_jsonl(log_dir / "metrics.jsonl", history)
+        if writer is not None:
+            for k, v in row.items():
+                if k not in ("update", "global_step") and math.isfinite(v):
+                    writer.add_scalar(k, v, global_step)
+        if cfg.progress:
+            acc = f" val_acc {row['route/full_path_acc']:.3f}" if "route/full_path_acc" in row else ""
+            print(
+                f"update {update}/{cfg.total_updates} reward {row['rollout/reward_mean']:.3f} "
+                f"kl {row['train/approx_kl']:.4f} clip {row['train/clip_fraction']:.3f} "
+                f"ev {row['train/explained_variance']:.2f} epochs {epochs_done}{acc} ({row['time/update_s']:.1f} s)",
+                file=sys.stderr,
+            )
+        updates_this_run += 1
+        stopping = cfg.stop_after > 0 and updates_this_run >= cfg.stop_after and update < cfg.total_updates
+        if update % cfg.checkpoint_every == 0 or update == cfg.total_updates or stopping:
+            checkpoint(update)
+        if stopping:
+            if writer is not None:
+                writer.close()
+            return PPOResult(None, {}, history, update, time.perf_counter() - t0)
+    if writer is not None:
+        writer.close()
+
+    # ---- final router: evaluate SFT start vs PPO on each split, save, plot
+    if cfg.keep == "best" and best_state is not None:
+        model.load_state_dict(best_state)
+    elif cfg.keep == "best" and extra["best_update"] != cfg.total_updates:
+        warnings.warn("--keep best after --resume keeps the last router (the best weights were not checkpointed)", stacklevel=2)
+    metrics: dict[str, dict[str, Any]] = {}
+    for name in cfg.eval_splits:
+        samples = ds.split(name)
+        if not samples:
+            continue
+        split = val_set if name == "validation" else encode_split(policy, samples, rewards_table, samples_file)
+        metrics[name] = {"sft": extra["sft_eval"][name], "ppo": evaluate_split(policy, split, cfg.reward)}
+    summary = {
+        "start_val_acc": extra["start_val_acc"],
+        "min_val_acc": min(r["route/full_path_acc"] for r in history if "route/full_path_acc" in r),
+        "best_val_acc": extra["best_val_acc"],
+        "best_update": extra["best_update"],
+        "kept": cfg.keep,
+    }
+    meta = {
+        "schema_fingerprint": ds.schema.fingerprint(),
+        "schema_name": ds.schema.name,
+        "max_hops": ds.graph.max_hops,
+        "training": cfg.to_dict() | {"phase": "ppo"},
+        "metrics": {k: {p: {m: v[p][m] for m in ("n", "anchor_acc", "via_acc", "target_acc", "full_path_acc") if m in v[p]}
+                        for p in ("sft", "ppo")} for k, v in metrics.items()} | {"summary": summary},  # fmt: skip
+        "files": {"schema.json": ds.schema.to_dict() | {"max_hops": ds.graph.max_hops}, "eval.json": metrics | {"summary": summary}},
+    }
+    out = model.save_pretrained(cfg.out, meta)
+    write_jsonl(out / "metrics.jsonl", history)
+    write_json(log_dir / "eval.json", metrics | {"summary": summary})
+    plot_ppo_curve(history, log_dir / "training_curve.png", cfg.target_kl, title=f"router PPO on {ds.schema.name} ({cfg.preset})")
+    return PPOResult(out, metrics | {"summary": summary}, history, cfg.total_updates, time.perf_counter() - t0)
+
+
+def main(args: Sequence[str] | None = None) -> PPOResult:
+    """Command-line entry point: parse :class:`PPOConfig`, train, print SFT vs PPO tables."""
+    cfg = parse(PPOConfig, args, description=__doc__.split("\n\n")[0] if __doc__ else None)
+    result = train(cfg)
+    if result.out is None:
+        print(f"stopped after update {result.updates_done}; continue with --resume ({cfg.checkpoint_path})")
+        return result
+    for name, m in result.metrics.items():
+        if name == "summary":
+            continue
+        print(format_table(m["sft"], title=f"== {name}: SFT =="))
+        print(format_table(m["ppo"], title=f"== {name}: PPO =="))
+    print(json.dumps(result.metrics["summary"]))
+    print(f"saved {result.out} ({result.wall_s:.1f} s); curve {cfg.log_path / 'training_curve.png'}")
+    return result
+
+
+if __name__ == "__main__":
+    run_main(main)
