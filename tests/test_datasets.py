@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from data_pipeline import datasets
+from data_pipeline import datasets, sample_databases
 from data_pipeline.datasets import (
     NORTHWIND_SQL,
     SAMPLE_NAMES,
@@ -144,7 +144,7 @@ def test_cached_sample_is_not_rebuilt(monkeypatch: pytest.MonkeyPatch) -> None:
     def no_fetch(spec: object) -> bytes:
         raise AssertionError("a cached sample must not be fetched again")
 
-    monkeypatch.setattr(datasets, "fetch_member", no_fetch)
+    monkeypatch.setattr(sample_databases, "fetch_member", no_fetch)  # the name load_sample's builders call
     assert load_sample("northwind") == path
     assert path.stat().st_mtime_ns == mtime
 
@@ -166,7 +166,7 @@ def test_wheelhouse_is_used_first(offline_cache: Path) -> None:
 
 def test_checksum_mismatch_raises_and_builds_nothing(offline_cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     wrong = "0" * 64
-    monkeypatch.setattr(datasets, "NORTHWIND_SQL", dataclasses.replace(NORTHWIND_SQL, sha256=wrong))
+    monkeypatch.setattr(sample_databases, "NORTHWIND_SQL", dataclasses.replace(NORTHWIND_SQL, sha256=wrong))
     with pytest.raises(DownloadError) as err:
         load_sample("northwind")
     assert f"expected {wrong}, got {NORTHWIND_SQL.sha256}" in str(err.value)
@@ -210,6 +210,17 @@ def test_resolve_database(tiny_db: Path, tmp_path: Path) -> None:
         resolve_database(text)
     with pytest.raises(SchemaError, match="not a SQLite database"):
         resolve_database(tmp_path)
+
+
+def test_datasets_reexports_the_modules_that_do_the_work() -> None:
+    from data_pipeline import archives, django_sqlite, spider_sqlite, sqlite_build
+
+    assert datasets.load_sample is sample_databases.load_sample and datasets.NORTHWIND_SQL is NORTHWIND_SQL
+    assert datasets.find_archive is archives.find_archive and datasets.fetch_member is archives.fetch_member
+    assert datasets.parse_django_models is django_sqlite.parse_django_models
+    assert datasets.spider_schema_sqlite is spider_sqlite.spider_schema_sqlite
+    assert datasets.sqlite_from_dump is sqlite_build.sqlite_from_dump
+    assert all(hasattr(datasets, name) for name in datasets.__all__) and len(datasets.__all__) == 28
 
 
 def test_description_file() -> None:

