@@ -23,7 +23,7 @@ Both take the data as ``graph=, samples=`` or ``data_dir=, split=`` (see
 from gymnasium.envs.registration import register, registry
 
 from envs.featurizers import EncoderFeaturizer, FeatureTable, HashedNgramFeaturizer, QuestionFeaturizer, TokenFeaturizer
-from envs.schema_routing import SchemaRoutingEnv
+from envs.schema_routing import SchemaRoutingEnv, resolve_featurizer
 from envs.wrappers import RewardShapingWrapper, Transition
 
 ENV_IDS = ("route2sql/SchemaRouting-v0", "route2sql/SchemaRoutingHashed-v0")
@@ -45,4 +45,5 @@ __all__ = [
     "SchemaRoutingEnv",
     "TokenFeaturizer",
     "Transition",
+    "resolve_featurizer",
 ]

@@ -135,7 +135,7 @@ class SchemaRoutingEnv(gym.Env[ObsType, np.int64]):
         self.reward_config = reward_config or RewardConfig()
         self.include_action_mask = include_action_mask
         if features is None:
-            features = FeatureTable.build(_resolve_featurizer(featurizer), self.samples)
+            features = FeatureTable.build(resolve_featurizer(featurizer), self.samples)
         elif features.n != len(self.samples):
             raise ConfigError(f"features hold {features.n} rows but there are {len(self.samples)} samples", where="features")
         self.features = features
@@ -254,9 +254,15 @@ def _normalise_data(
     return graph, samples
 
 
-def _resolve_featurizer(
+def resolve_featurizer(
     featurizer: QuestionFeaturizer | Sequence[QuestionFeaturizer] | str,
 ) -> QuestionFeaturizer | Sequence[QuestionFeaturizer]:
+    """A featurizer from its name (``"hashed"``, ``"hashed:<dim>"``, ``"encoder"``, ``"encoder:<name or dir>"``);
+    featurizer objects pass through.
+
+    Raises:
+        ConfigError: an unknown name or a non-integer dim.
+    """
     if not isinstance(featurizer, str):
         return featurizer
     kind, _, arg = featurizer.partition(":")

@@ -25,11 +25,9 @@ import gymnasium as gym
 import torch
 from stable_baselines3 import PPO
 
-import envs  # noqa: F401  (registers the ids)
 from data_pipeline import BuildConfig, build_dataset
 from data_pipeline.cli import parse, run_main
-from envs import FeatureTable, SchemaRoutingEnv
-from envs.schema_routing import _resolve_featurizer
+from envs import FeatureTable, SchemaRoutingEnv, resolve_featurizer  # importing envs registers the ids
 
 SHOP = """
 CREATE TABLE customers (id INTEGER PRIMARY KEY, name TEXT NOT NULL, city TEXT);
@@ -87,7 +85,7 @@ def main() -> None:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             ds, _ = build_dataset(BuildConfig(db=db, out=Path(tmp) / "data", max_hops=args.max_hops, languages="en", seed=args.seed))
-    featurizer = _resolve_featurizer(args.featurizer)
+    featurizer = resolve_featurizer(args.featurizer)
     train_s, test_s = ds.split("train"), ds.split("test") + ds.split("test_heldout")
     train_env = gym.make("route2sql/SchemaRouting-v0", graph=ds.graph, samples=train_s,
                          features=FeatureTable.build(featurizer, train_s))  # fmt: skip

@@ -281,3 +281,23 @@ def test_registry_ids_are_versioned():
         spec = gym.spec(env_id)
         assert spec.version == 0 and spec.entry_point == "envs.schema_routing:SchemaRoutingEnv"
         assert spec.max_episode_steps is None  # one step, then terminated
+
+
+def test_token_featurizer_observations_pass_the_checkers(tiny_graph):
+    from transformers import AutoTokenizer
+
+    from envs import TokenFeaturizer
+    from router.backbones import MINILM, resolve_encoder
+
+    tok = AutoTokenizer.from_pretrained(resolve_encoder(MINILM.name))
+    samples = routing_samples(tiny_graph)
+    env = SchemaRoutingEnv(tiny_graph, samples, featurizer=[HashedNgramFeaturizer(dim=32), TokenFeaturizer(tok, max_length=24)])
+    gym_check_env(env)
+    sb3_check_env(env)
+    obs, info = env.reset(options={"sample_index": 0})
+    assert set(obs) == {"question", "input_ids", "attention_mask", "action_mask"}
+    n = int(obs["attention_mask"].sum())
+    assert obs["input_ids"].shape == (24,) and obs["attention_mask"][:n].all() and not obs["attention_mask"][n:].any()
+    assert tok.decode(obs["input_ids"][:n], skip_special_tokens=True) == samples[0].question.lower()
+    with pytest.raises(ConfigError, match=r"observation key\(s\) \['question'\]"):
+        SchemaRoutingEnv(tiny_graph, samples, featurizer=[HashedNgramFeaturizer(dim=32), HashedNgramFeaturizer(dim=16)])
