@@ -1,23 +1,26 @@
 """The untrained routing baseline: embedding similarity of the question and each table's text.
 
-No training and no labels: a retrieval router encodes the question (e5 ``query:`` prefix) and
-every table's text (:func:`router.text.table_text`: name, description, Chinese name; e5
-``passage:`` prefix) with the same pretrained encoder the trained routers start from, then
-returns the legal path whose tables best match the question:
+No training: a retrieval router encodes the question (e5 ``query:`` prefix) and every table's
+text (:func:`router.text.table_text`: name, description, Chinese name; e5 ``passage:`` prefix)
+with the same pretrained encoder the trained routers start from, ranks the tables by cosine
+similarity, and links the two best, as retrieval-based schema linking does:
 
-    score(path) = mean over the path's tables of (cos(q, table) - median over all tables of cos(q, .))
+- when the best table beats the second by more than ``margin``, the question is taken to be
+  about that table alone (a single-table path);
+- otherwise the path is the shortest FK path (at most ``graph.max_hops`` joins) from the
+  second-ranked table (anchor) to the best one (target); unreachable pairs fall back to the
+  single table.
 
-so a path gains from tables the question is about and loses for each unrelated table it
-crosses. Ties (a path and its reverse always tie: similarity has no direction) go to fewer
-hops, then to the order of :attr:`SchemaGraph.legal_paths`. Its anchor/target direction is
-therefore a guess; table-set match is the fair metric for it.
+Similarity has no direction, so the anchor/target order is a guess: table-set match is the fair
+metric for this baseline. ``margin=0.02`` was the best of {0, 0.01, 0.02, 0.04} on Northwind's
+validation split (full path 21.4%, table set 29.6%); nothing else is tuned.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-import numpy as np
+import networkx as nx
 import torch
 
 from data_pipeline.graph import JoinPath, SchemaGraph
@@ -32,35 +35,43 @@ class RetrievalRouter:
         graph: the schema graph whose legal paths are the candidates.
         encoder: an encoder name or directory (:func:`router.backbones.resolve_encoder`), or a
             loaded :class:`TextEncoder` to share one between baselines.
+        margin: cosine margin above which the best table is routed alone.
     """
 
-    def __init__(self, graph: SchemaGraph, encoder: str | TextEncoder = DEFAULT_ENCODER):
+    def __init__(self, graph: SchemaGraph, encoder: str | TextEncoder = DEFAULT_ENCODER, margin: float = 0.02):
         self.graph = graph
+        self.margin = margin
         self.encoder = encoder if isinstance(encoder, TextEncoder) else TextEncoder.from_pretrained(encoder)
-        names = graph.schema.table_names
-        texts = [table_text(graph.schema.table(t)) for t in names]
+        self.names = graph.schema.table_names
+        texts = [table_text(graph.schema.table(t)) for t in self.names]
         self._table_emb = self.encoder.encode(texts, prefix=self.encoder.spec.passage_prefix)  # (n_tables, hidden)
-        col = {t: i for i, t in enumerate(names)}
-        paths = graph.legal_paths
-        # (n_paths, n_tables) averaging matrix: row p has 1/len(tables) on the tables of path p
-        member = np.zeros((len(paths), len(names)), dtype=np.float32)
-        for p, path in enumerate(paths):
-            for t in path.tables:
-                member[p, col[t]] = 1.0 / len(path.tables)
-        self._member = torch.from_numpy(member)
-        self._hops = torch.tensor([p.hops for p in paths], dtype=torch.float32)
 
     @torch.no_grad()
-    def path_scores(self, questions: Sequence[str]) -> torch.Tensor:
-        """Score of every legal path for every question, shape ``(batch, n_legal_paths)``."""
+    def table_scores(self, questions: Sequence[str]) -> torch.Tensor:
+        """Cosine similarity of every question to every table, shape ``(batch, n_tables)``."""
         q = self.encoder.encode(list(questions), prefix=self.encoder.spec.query_prefix)  # (batch, hidden)
-        sims = q @ self._table_emb.T  # (batch, n_tables)
-        sims = sims - sims.median(dim=1, keepdim=True).values
-        return sims @ self._member.T - 1e-4 * self._hops  # fewer hops win ties
+        return q @ self._table_emb.T
+
+    def _link(self, best: str, second: str) -> JoinPath:
+        try:
+            nodes = nx.shortest_path(self.graph.graph, second, best)
+        except nx.NetworkXNoPath:
+            return JoinPath(best, (), best)
+        if len(nodes) - 1 > self.graph.max_hops:
+            return JoinPath(best, (), best)
+        return JoinPath(nodes[0], tuple(nodes[1:-1]), nodes[-1])
 
     def predict_paths(self, questions: Sequence[str]) -> list[JoinPath]:
-        """The best-scoring legal path per question (:class:`router.evaluate.PathPredictor`)."""
+        """One legal path per question (:class:`router.evaluate.PathPredictor`)."""
         if not questions:
             return []
-        best = self.path_scores(questions).argmax(dim=1).tolist()
-        return [self.graph.legal_paths[i] for i in best]
+        out = []
+        for row in self.table_scores(questions):
+            if len(self.names) == 1:
+                out.append(JoinPath(self.names[0], (), self.names[0]))
+                continue
+            top = torch.topk(row, 2)
+            (s1, s2), (i1, i2) = top.values.tolist(), top.indices.tolist()
+            best, second = self.names[i1], self.names[i2]
+            out.append(JoinPath(best, (), best) if s1 - s2 > self.margin else self._link(best, second))
+        return out
