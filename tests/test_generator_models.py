@@ -18,7 +18,7 @@ import pytest
 import torch
 from peft import PeftModel
 
-from data_pipeline.datasets import fetch_member, find_archive
+from data_pipeline.archives import fetch_member, find_archive
 from data_pipeline.errors import ConfigError, DownloadError
 from generator.models import (
     DEFAULT_GENERATOR,
