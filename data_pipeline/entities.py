@@ -7,7 +7,9 @@ averaged, and *category* columns (values shared by many rows: city, country, tit
 
 :func:`fuzz` turns a real database value into what a user might type instead: a partial name,
 a case slip, a typo or a synonym (``Ltd`` for ``Limited``). The gold SQL always keeps the real
-value; only the question shows the fuzzy one.
+value; only the question shows the fuzzy one. A partial name must still point at one value of
+its column: ``Singer`` is no partial of ``Singer 7`` when the column also holds ``Singer 8``
+(:func:`matches_several`).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import math
 import random
 import re
 import sqlite3
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from data_pipeline.schema import Column, Schema, Table, quote_ident
@@ -186,16 +189,37 @@ def _synonym(value: str) -> list[str]:
     return [s for s in dict.fromkeys(out) if s != value]
 
 
-def _partial(value: str, rng: random.Random) -> str | None:
+def matches_several(surface: str, column_values: Sequence[str]) -> bool:
+    """Whether ``surface`` is a substring of more than one of ``column_values``, ignoring case.
+
+    Such a partial surface does not name one value: a reader (or an entity linker) cannot tell
+    which row the question means.
+
+    >>> matches_several("Singer", ["Singer 7", "Singer 8", "Joe Sharp"]), matches_several("sharp", ["Singer 7", "Joe Sharp"])
+    (True, False)
+    """
+    needle = surface.lower()
+    hits = 0
+    for v in column_values:
+        if needle in v.lower():
+            hits += 1
+            if hits > 1:
+                return True
+    return False
+
+
+def _partial(value: str, rng: random.Random, column_values: Sequence[str] = ()) -> str | None:
     words = value.split()
     if len(words) >= 2:
         options = [w for w in words if sum(ch.isalpha() for ch in w) >= 4]
         spans = [" ".join(words[:k]) for k in range(1, len(words)) if sum(ch.isalpha() for ch in " ".join(words[:k])) >= 4]
         candidates = list(dict.fromkeys(spans + options))
-        return rng.choice(candidates) if candidates else None
-    if len(value) >= 6:
-        return value[: math.ceil(len(value) * 0.6)]
-    return None
+    elif len(value) >= 6:
+        candidates = [value[: math.ceil(len(value) * 0.6)]]
+    else:
+        return None
+    candidates = [c for c in candidates if not matches_several(c, column_values)]
+    return rng.choice(candidates) if candidates else None
 
 
 def _case(value: str, rng: random.Random) -> str | None:
@@ -236,17 +260,23 @@ def _typo(value: str, rng: random.Random) -> str | None:
     return out if out != value else None
 
 
-def fuzz(value: str, rng: random.Random) -> tuple[str, str] | None:
+def fuzz(value: str, rng: random.Random, column_values: Sequence[str] = ()) -> tuple[str, str] | None:
     """A fuzzy surface for ``value`` and its kind (``partial``, ``case``, ``typo``, ``synonym``).
 
     A synonym is used in half the cases where one applies; otherwise the kind is drawn among
-    those that change the value. Returns None when ``value`` is not :func:`fuzzable`.
+    those that change the value. A partial surface that is a substring (ignoring case) of more
+    than one of ``column_values`` (the values of ``value``'s column, ``value`` among them) is
+    never returned: another part is drawn, else another kind. Returns None when ``value`` is
+    not :func:`fuzzable`.
 
     >>> rng = random.Random(0)
     >>> sorted({fuzz("Nordic Fish Ltd", rng)[1] for _ in range(40)})
     ['case', 'partial', 'synonym', 'typo']
     >>> fuzz("06897", rng) is None
     True
+    >>> singers = [f"Singer {i}" for i in range(1, 31)]
+    >>> sorted({fuzz("Singer 7", rng)[1] for _ in range(40)}), sorted({fuzz("Singer 7", rng, singers)[1] for _ in range(40)})
+    (['case', 'partial', 'typo'], ['case', 'typo'])
     """
     if not fuzzable(value):
         return None
@@ -256,7 +286,7 @@ def fuzz(value: str, rng: random.Random) -> tuple[str, str] | None:
     kinds = ["partial", "case", "typo"]
     rng.shuffle(kinds)
     for kind in kinds:
-        out = {"partial": _partial, "case": _case, "typo": _typo}[kind](value, rng)
+        out = _partial(value, rng, column_values) if kind == "partial" else {"case": _case, "typo": _typo}[kind](value, rng)
         if out and out.strip() and out != value:
             return out, kind
     if synonyms:

@@ -11,7 +11,8 @@ batch (the contract is :class:`Stage`); :data:`STAGES` lists them in order:
 3. :func:`fill_entities` — a real value for ``{E1}`` from the anchor table (drawn among values
    that reach the target through the path, so the gold SQL returns rows) and for ``{E2}``; the
    gold SQL; execution on a read-only connection (samples with no rows are dropped and counted);
-   then about ``1 - real_fraction`` of each language's samples get a fuzzy surface instead.
+   then about ``1 - real_fraction`` of each language's samples get a fuzzy surface instead (a
+   partial surface always names one value of its column: :func:`~data_pipeline.entities.fuzz`).
 4. :func:`grade_difficulty` — ``easy``/``medium``/``hard`` (rule in :func:`difficulty`).
 
 Between stages, ``Sample.meta`` carries ``seed`` (the id of the seed question a variant comes
@@ -35,7 +36,7 @@ from data_pipeline.gold import Plan, col, gold_sql
 from data_pipeline.graph import JoinPath, SchemaGraph
 from data_pipeline.paraphrase import Paraphraser
 from data_pipeline.samples import Entity, Sample
-from data_pipeline.schema import Schema
+from data_pipeline.schema import Schema, quote_ident
 from data_pipeline.templates import (
     AGG_WORDS,
     FAMILIES_BY_SCOPE,
@@ -290,6 +291,16 @@ def _candidates(ctx: StageContext, path: JoinPath, plan: Plan, value: Any = None
     return values
 
 
+def _column_values(ctx: StageContext, table: str, column: str) -> list[str]:
+    """The distinct non-null values of ``table.column`` as text (cached in the context)."""
+    key = ("column", table, column)
+    if key not in ctx._values:
+        q = quote_ident(column)
+        rows = ctx.conn.execute(f"SELECT DISTINCT {q} FROM {quote_ident(table)} WHERE {q} IS NOT NULL")
+        ctx._values[key] = [str(r[0]) for r in rows]
+    return ctx._values[key]
+
+
 def _show(value: Any) -> str:
     """How a value reads in a question: ``18.0`` -> ``18``."""
     if isinstance(value, float) and value.is_integer():
@@ -329,7 +340,9 @@ def fill_entities(samples: list[Sample], ctx: StageContext) -> list[Sample]:
 
     A sample is dropped (counted under ``dropped/<reason>``) when its path offers no value
     (``no_values``), its gold SQL fails (``sql_error``), returns no rows (``no_rows``), or
-    aggregates to NULL or 0 (``empty_aggregate``).
+    aggregates to NULL or 0 (``empty_aggregate``). A fuzzy surface is drawn with the values of
+    its column at hand, so that a partial one matches no other value; when a value offers no
+    fuzzy surface, another sample is fuzzed instead (``fuzzy/shortfall`` counts what is missing).
     """
     rng = ctx.rng("fill_entities")
     kept: list[Sample] = []
@@ -375,7 +388,8 @@ def fill_entities(samples: list[Sample], ctx: StageContext) -> list[Sample]:
         for i in pool:
             if got >= want:
                 break
-            out = fuzz(kept[i].entities[0].value, rng)
+            first = kept[i].entities[0]
+            out = fuzz(first.value, rng, _column_values(ctx, first.table, first.column))
             if out is not None:
                 fuzzy_at[i] = out
                 got += 1

@@ -24,7 +24,7 @@ import pytest
 from data_pipeline import BuildConfig, JoinPath, build_dataset, load_dataset
 from data_pipeline.backends.sqlite import connect_readonly, execute_readonly
 from data_pipeline.build import main
-from data_pipeline.entities import fuzz, fuzzable
+from data_pipeline.entities import fuzz, fuzzable, matches_several
 from data_pipeline.errors import ConfigError, Route2SQLError, SchemaError
 from data_pipeline.paraphrase import LLMParaphraser, RuleParaphraser
 from data_pipeline.samples import Sample
@@ -36,6 +36,29 @@ from conftest import make_tiny_shop
 
 CJK = re.compile(r"[\u4e00-\u9fff]")
 TINY_PATHS = 32
+
+
+def _ambiguous_partials(ds) -> tuple[list[tuple[str, str, str]], Counter]:
+    """Partial surfaces that are a substring (ignoring case) of more than one value of their
+    column, as ``(table.column, surface, value)``, and the count of fuzzy surfaces by kind.
+
+    Counted directly with SQL and Python, independently of the pipeline's own check."""
+    conn = sqlite3.connect(ds.db_path)
+    bad, kinds = [], Counter()
+    for s in ds.samples:
+        for e in s.entities:
+            if e.kind != "fuzzy":
+                continue
+            kinds[e.fuzz] += 1
+            if e.fuzz != "partial":
+                continue
+            values = conn.execute(f'SELECT DISTINCT "{e.column}" FROM "{e.table}" WHERE "{e.column}" IS NOT NULL').fetchall()
+            hits = [v for (v,) in values if e.surface.lower() in str(v).lower()]
+            assert e.value in hits  # a partial surface is a part of its own value
+            if len(hits) > 1:
+                bad.append((f"{e.table}.{e.column}", e.surface, e.value))
+    conn.close()
+    return bad, kinds
 
 
 def _build(db: Path, out: Path, **kw) -> tuple:
@@ -262,6 +285,20 @@ def test_fuzz_kinds(value, kind, check):
     seen = [out for out, k in (fuzz(value, rng) for _ in range(200)) if k == kind]
     assert seen, kind
     assert all(check(out) and out != value for out in seen), seen[:5]
+
+
+def test_partial_surface_names_one_value_of_its_column():
+    rng = random.Random(0)
+    singers = [f"Singer {i}" for i in range(1, 31)]
+    kinds = Counter(k for _, k in (fuzz("Singer 7", rng, singers) for _ in range(200)))
+    assert kinds["partial"] == 0 and kinds["case"] > 50 and kinds["typo"] > 50  # "Singer" matches 30 values
+    assert Counter(k for _, k in (fuzz("Singer 7", rng) for _ in range(200)))["partial"] > 50  # without the values
+    # another part is drawn when only some are ambiguous: "Alfreds" also starts "Alfreds Bakery"
+    column = ["Alfreds Futterkiste", "Alfreds Bakery", "Ana Trujillo"]
+    partials = {out for out, k in (fuzz("Alfreds Futterkiste", rng, column) for _ in range(200)) if k == "partial"}
+    assert partials == {"Futterkiste"}
+    assert matches_several("alfreds", column) and not matches_several("TRUJILLO", column)
+    assert not matches_several("Singer", [])
 
 
 def test_codes_and_numbers_are_not_fuzzed():
@@ -568,6 +605,31 @@ def test_sample_database_mix(sample_built):
     # Chinese questions use the sidecar's Chinese table names
     named = [s for s in zh if ds.schema.table(s.path.target).zh in s.question]
     assert len(named) == len(zh)
+
+
+def test_sample_database_partial_surfaces_name_one_value(sample_built):
+    _, ds, summary = sample_built
+    bad, kinds = _ambiguous_partials(ds)
+    assert bad == []
+    assert kinds["partial"] >= 50 and abs(summary["fuzzy_share"] - 0.4) <= 0.05  # partials still made, ratio kept
+
+
+def test_spider_partial_surfaces_name_one_value(tmp_path):
+    from data_pipeline.errors import DownloadError
+    from evaluation.spider_data import build_spider_dev_datasets
+
+    try:
+        built = build_spider_dev_datasets(tmp_path, db_ids=["concert_singer"])
+    except DownloadError as exc:
+        pytest.skip(f"Spider data unavailable: {exc}")
+    ds = load_dataset(built["concert_singer"])
+    bad, kinds = _ambiguous_partials(ds)
+    assert bad == []
+    # synthesized rows are named "Singer 7", "Stadium 3"...: most partials are refused there, yet
+    # each language still gets its 40% of fuzzy surfaces (other kinds drawn instead)
+    assert sum(kinds.values()) == round(0.4 * len([s for s in ds.samples if s.language == "en"])) + round(
+        0.4 * len([s for s in ds.samples if s.language == "zh"])
+    )
 
 
 def test_schema_from_spider_all_entries():
