@@ -139,7 +139,7 @@ def load_routers(
             if ckpt:
                 from router.route import Router
 
-                loaders[m] = lambda ckpt=ckpt: Router.from_pretrained(ckpt, graph=ds.graph)
+                loaders[m] = lambda ckpt=ckpt: Router.from_pretrained(ckpt, ds.graph)
     for name, predictor in (extra or {}).items():
         loaders[name] = lambda predictor=predictor: predictor
     return loaders
