@@ -1,0 +1,263 @@
+"""What the router reads about a schema: one text per table, and lexical links from a question to tables.
+
+The router's heads score a schema's *own* tables and via options (SPEC section 4), so every
+table needs words the encoder can match against a question. :func:`table_text` writes them:
+the raw name, its humanised form, the English description, the Chinese name and description,
+the pinyin initials of the Chinese name (``门诊处方`` -> ``mzcf``, how a pinyin-abbreviated table
+name such as ``mz_cf`` is spelled) and the columns' names.
+
+:func:`link_features` adds a few exact-match signals the encoder cannot see reliably in a
+pooled vector: a table's name words, its Chinese name, its pinyin-abbreviated name spelled by
+the initials of Chinese words in the question, its column names, and sample values.
+They are per (question, table) numbers, not per-table parameters, so they transfer to any
+schema.
+
+>>> pinyin_initials("门诊处方")
+'mzcf'
+>>> name_code("mz_cf"), name_code("Order Details")
+('mzcf', '')
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from functools import lru_cache
+
+import numpy as np
+
+from data_pipeline.schema import Table, humanize
+
+LINK_FEATURES = ("name_words", "zh_name", "pinyin_code", "column_words", "value_mention", "mention")
+"""Names of the columns of :func:`link_features`, in order."""
+
+MAX_COLUMNS_IN_TEXT = 12
+"""Columns listed in a table's text (the encoder cuts long texts anyway)."""
+
+_CJK = re.compile(r"[\u3400-\u9fff]+")
+_SUBWORD = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])|[0-9]+")
+_WORD = re.compile(r"[a-z0-9]+")
+_STOP = frozenset({"id", "of", "the", "a", "an", "and", "to", "in", "for", "by", "no", "code"})
+
+
+def pinyin_initials(text: str) -> str:
+    """First letters of the pinyin of every Chinese character in ``text``; other characters are dropped.
+
+    >>> pinyin_initials("门诊 处方 (rx)")
+    'mzcf'
+    """
+    from pypinyin import Style, lazy_pinyin
+
+    chars = "".join(_CJK.findall(text))
+    if not chars:
+        return ""
+    return "".join(p[0] for p in lazy_pinyin(chars, style=Style.FIRST_LETTER) if p).lower()
+
+
+def name_code(name: str) -> str:
+    """The letters of a name that looks pinyin-abbreviated (``mz_cf`` -> ``mzcf``), else ``""``.
+
+    A name qualifies when it is lower-case ASCII letters in parts of at most 4 letters
+    joined by ``_`` (at least 2 letters in all), which English names rarely are.
+
+    >>> name_code("yf_kc"), name_code("customers"), name_code("kfrq")
+    ('yfkc', '', 'kfrq')
+    """
+    parts = name.split("_")
+    if not all(p.isascii() and p.isalpha() and p.islower() and 1 <= len(p) <= 4 for p in parts):
+        return ""
+    code = "".join(parts)
+    return code if len(code) >= 2 else ""
+
+
+def _singular(word: str) -> str:
+    if len(word) > 4 and word.endswith("ies"):
+        return word[:-3] + "y"
+    if len(word) > 4 and word.endswith(("ses", "xes", "ches", "shes")):
+        return word[:-2]
+    if len(word) > 3 and word.endswith("s") and not word.endswith("ss"):
+        return word[:-1]
+    return word
+
+
+def words(text: str) -> frozenset[str]:
+    """Lower-case English word stems of ``text`` (plural ``s`` removed, stop words dropped).
+
+    >>> sorted(words("Which Order Details list the categories?"))
+    ['category', 'detail', 'list', 'order', 'which']
+    """
+    return frozenset(_singular(w) for w in _WORD.findall(humanize_words(text)) if w not in _STOP)
+
+
+def humanize_words(text: str) -> str:
+    """Split camel case and underscores in every token of ``text``, lower-cased."""
+    return " ".join(humanize(tok) for tok in text.split())
+
+
+def table_text(table: Table) -> str:
+    """The text the encoder reads for ``table``.
+
+    >>> from data_pipeline.schema import Column
+    >>> t = Table("mz_cf", (Column("kfrq", zh="开方日期"), Column("ys_id")), description="outpatient prescriptions",
+    ...           zh="门诊处方")
+    >>> table_text(t)
+    'mz_cf | mz cf | outpatient prescriptions | 门诊处方 mzcf | columns: kfrq 开方日期, ys id'
+    """
+    parts = [table.name]
+    human = humanize(table.name)
+    if human != table.name:
+        parts.append(human)
+    if table.description:
+        parts.append(table.description)
+    zh = " ".join(x for x in (table.zh, table.description_zh) if x)
+    initials = pinyin_initials(table.zh) if table.zh else ""
+    if zh:
+        parts.append(f"{zh} {initials}".strip())
+    cols = []
+    for c in table.columns[:MAX_COLUMNS_IN_TEXT]:
+        cols.append(" ".join(x for x in (humanize(c.name), c.zh) if x))
+    if cols:
+        parts.append("columns: " + ", ".join(cols))
+    return " | ".join(parts)
+
+
+def _is_key_name(name: str) -> bool:
+    h = humanize(name)
+    return h == "id" or h.endswith(" id") or h.endswith(" code") and len(h.split()) <= 2
+
+
+@lru_cache(maxsize=4096)
+def _table_keys(table: Table) -> tuple[frozenset[str], str, str, tuple[frozenset[str], ...], tuple[str, ...], tuple[str, ...]]:
+    name_words = words(table.name)
+    code = name_code(table.name)
+    # key columns (CustomerID in Orders) name other tables: they would link the wrong table
+    plain = [c for c in table.columns if not _is_key_name(c.name)]
+    col_words = tuple(w for w in (words(c.name) for c in plain) if w)
+    col_zh = tuple(c.zh for c in plain if len(c.zh) >= 2)
+    values = tuple(
+        sorted({str(v).lower() for c in table.columns if c.is_text for v in c.samples if isinstance(v, str) and len(v) >= 4})
+    )
+    return name_words, code, table.zh, col_words, col_zh, values
+
+
+def _stems_with_spans(text: str) -> list[tuple[str, int, int]]:
+    """Lower-case singular word stems of ``text`` with their character spans (camel case split)."""
+    return [(_singular(m.group().lower()), m.start(), m.end()) for m in _SUBWORD.finditer(text)]
+
+
+@lru_cache(maxsize=4096)
+def _surface_forms(table: Table) -> tuple[tuple[tuple[str, ...], ...], tuple[str, ...], str]:
+    """English stem sequences, Chinese strings and the pinyin code that name ``table``."""
+    english = [tuple(s for s, _, _ in _stems_with_spans(table.name))]
+    if table.description:
+        short = re.split(r"[,;(]", table.description)[0].split()
+        for phrase in (short, short[:2]) if len(short) <= 3 else (short[:2],):
+            if phrase:
+                english.append(tuple(s for s, _, _ in _stems_with_spans(" ".join(phrase))))
+    chinese = tuple(z for z in (table.zh,) if len(z) >= 2)
+    return tuple(e for e in english if e), chinese, name_code(table.name)
+
+
+def mention_spans(question: str, tables: Sequence[Table]) -> list[list[tuple[int, int]]]:
+    """Character spans ``[start, end)`` where the question names each table, maximal matches only.
+
+    A table is named by its name's words (``EmployeeTerritories`` = "employee territories",
+    plural or singular), by its description when that is at most three words long or by the
+    description's first two words ("shipping companies ..." for Shippers), by its Chinese name,
+    or by Chinese characters whose pinyin initials spell a pinyin-abbreviated name (``mz_cf``).
+    A span inside a longer span of another table is dropped: "employee territories" names
+    EmployeeTerritories, not Employees or Territories; 订单明细 names Order Details, not Orders.
+
+    >>> from data_pipeline.schema import Column
+    >>> ts = [Table(n, (Column("id"),), zh=z) for n, z in
+    ...       [("Employees", "员工"), ("Territories", "销售区域"), ("EmployeeTerritories", "员工负责区域")]]
+    >>> mention_spans("Which employee territories cover the territory Boston?", ts)
+    [[], [(37, 46)], [(6, 26)]]
+    >>> mention_spans("员工 King 的员工负责区域", ts)
+    [[(0, 2)], [], [(9, 15)]]
+    """
+    stems = _stems_with_spans(question)
+    seq = [s for s, _, _ in stems]
+    initials = ""
+    init_pos: list[int] = []
+    for m in _CJK.finditer(question):
+        run = pinyin_initials(m.group())
+        if len(run) == len(m.group()):
+            initials += run + " "
+            init_pos.extend(range(m.start(), m.end()))
+            init_pos.append(-1)
+    found: list[list[tuple[int, int]]] = []
+    for table in tables:
+        english, chinese, code = _surface_forms(table)
+        spans: set[tuple[int, int]] = set()
+        for form in english:
+            n = len(form)
+            for i in range(len(seq) - n + 1):
+                if tuple(seq[i : i + n]) == form:
+                    spans.add((stems[i][1], stems[i + n - 1][2]))
+        for z in chinese:
+            start = question.find(z)
+            while start >= 0:
+                spans.add((start, start + len(z)))
+                start = question.find(z, start + 1)
+        if code and len(code) >= 3:
+            start = initials.find(code)
+            while start >= 0:
+                spans.add((init_pos[start], init_pos[start + len(code) - 1] + 1))
+                start = initials.find(code, start + 1)
+        found.append(sorted(spans))
+    every = [(a, b, t) for t, spans in enumerate(found) for a, b in spans]
+    return [
+        [(a, b) for a, b in spans if not any(a2 <= a and b <= b2 and (b2 - a2) > (b - a) for a2, b2, _ in every)]
+        for spans in found
+    ]
+
+
+def link_features(
+    question: str, tables: Sequence[Table], mentions: list[list[tuple[int, int]]] | None = None
+) -> np.ndarray:
+    """Exact-match links from ``question`` to each table, shape ``(len(tables), len(LINK_FEATURES))``.
+
+    ``mentions`` may pass :func:`mention_spans` already computed. Columns (all in ``[0, 1]``):
+
+    - ``name_words``: share of the table name's word stems found in the question;
+    - ``zh_name``: 1 when the table's Chinese name occurs in the question, else the share of its
+      character bigrams that do;
+    - ``pinyin_code``: 1 when a pinyin-abbreviated name (``mz_cf``) is spelled by the initials of
+      consecutive Chinese characters of the question (``门诊处方`` -> ``mzcf``);
+    - ``column_words``: 1 when all word stems of some column name occur (or a column's Chinese
+      name does), else 0;
+    - ``value_mention``: 1 when one of the table's sample text values occurs in the question;
+    - ``mention``: 1 when :func:`mention_spans` finds the table named (maximal match).
+
+    >>> from data_pipeline.schema import Column
+    >>> ts = [Table("mz_cf", (Column("kfrq", zh="开方日期"),), zh="门诊处方"),
+    ...       Table("Customers", (Column("CompanyName", "TEXT", samples=("Around the Horn",)),))]
+    >>> link_features("门诊处方的开方日期", ts)[0].tolist()
+    [0.0, 1.0, 1.0, 1.0, 0.0, 1.0]
+    >>> link_features("What did customer around the horn buy?", ts)[1].tolist()
+    [1.0, 0.0, 0.0, 0.0, 1.0, 1.0]
+    """
+    q_words = words(question)
+    q_lower = question.lower()
+    q_initials = pinyin_initials(question)
+    out = np.zeros((len(tables), len(LINK_FEATURES)), dtype=np.float32)
+    spans = mention_spans(question, tables) if mentions is None else mentions
+    for i, table in enumerate(tables):
+        out[i, 5] = 1.0 if spans[i] else 0.0
+        name_words, code, zh, col_words, col_zh, values = _table_keys(table)
+        if name_words:
+            out[i, 0] = len(name_words & q_words) / len(name_words)
+        if zh:
+            if zh in question:
+                out[i, 1] = 1.0
+            elif len(zh) >= 2:
+                bigrams = {zh[k : k + 2] for k in range(len(zh) - 1)}
+                out[i, 1] = sum(b in question for b in bigrams) / len(bigrams)
+        if code and len(code) >= 3 and code in q_initials:
+            out[i, 2] = 1.0
+        if any(w <= q_words for w in col_words) or any(z in question for z in col_zh):
+            out[i, 3] = 1.0
+        if any(v in q_lower for v in values):
+            out[i, 4] = 1.0
+    return out

@@ -1,0 +1,144 @@
+"""Table texts and lexical links of the router: tables of inputs with the value expected and why."""
+
+from __future__ import annotations
+
+import pytest
+
+from data_pipeline.schema import Column, Table
+from router.text import LINK_FEATURES, link_features, mention_spans, name_code, pinyin_initials, table_text, words
+
+MZ_CF = Table(
+    "mz_cf",
+    (Column("id", "INTEGER", primary_key=True), Column("kfrq", "TEXT", zh="开方日期"), Column("ys_id", "INTEGER")),
+    description="outpatient prescriptions",
+    zh="门诊处方",
+)
+CUSTOMERS = Table(
+    "Customers",
+    (
+        Column("CustomerID", "TEXT", primary_key=True, samples=("ALFKI",)),
+        Column("CompanyName", "TEXT", zh="客户公司名称", samples=("Around the Horn", "Alfreds Futterkiste")),
+        Column("City", "TEXT", samples=("Berlin",)),
+    ),
+    description="customer companies",
+    zh="客户",
+)
+ORDERS = Table(
+    "Orders",
+    (Column("OrderID", "INTEGER", primary_key=True), Column("CustomerID", "TEXT"), Column("ShipName", "TEXT")),
+    zh="订单",
+)
+
+
+@pytest.mark.parametrize(
+    ("name", "code"),
+    [
+        ("mz_cf", "mzcf"),  # pinyin abbreviation in two parts
+        ("yf_kc", "yfkc"),
+        ("kfrq", "kfrq"),  # one part of four letters still counts
+        ("Customers", ""),  # capitalised English name
+        ("order_items", ""),  # "items" has five letters: English, not an abbreviation
+        ("Order Details", ""),  # spaces
+        ("x", ""),  # too short to link anything
+    ],
+)
+def test_name_code(name: str, code: str) -> None:
+    assert name_code(name) == code
+
+
+def test_pinyin_initials_drop_non_chinese() -> None:
+    assert pinyin_initials("门诊处方") == "mzcf"
+    assert pinyin_initials("查 mz_cf 的门诊处方") == "cdmzcf"  # "查" "的" count, Latin letters do not
+    assert pinyin_initials("orders") == ""
+
+
+def test_words_stem_plurals_and_split_camel_case() -> None:
+    assert words("OrderDetails of the Categories") == {"order", "detail", "category"}
+    assert words("addresses boxes") == {"address", "box"}
+
+
+def test_table_text_has_every_source_of_words() -> None:
+    text = table_text(MZ_CF)
+    for part in ("mz_cf", "mz cf", "outpatient prescriptions", "门诊处方", "mzcf", "kfrq 开方日期"):
+        assert part in text
+    # an English name is not repeated when humanize leaves it unchanged... but case differs here
+    assert table_text(Table("orders", (Column("id"),))) == "orders | columns: id"
+
+
+@pytest.mark.parametrize(
+    ("question", "table", "expected"),
+    [
+        # English table name word, plural in the question
+        ("Which customers live in Berlin?", CUSTOMERS, {"name_words": 1.0, "value_mention": 1.0, "mention": 1.0}),
+        # the Chinese name occurs; the column's Chinese name too
+        ("客户公司名称是什么", CUSTOMERS, {"zh_name": 1.0, "column_words": 1.0, "mention": 1.0}),
+        # only a sample value: Around the Horn is in CompanyName (case does not matter)
+        ("what did AROUND THE HORN buy", CUSTOMERS, {"value_mention": 1.0}),
+        # pinyin-abbreviated name spelled by consecutive Chinese initials
+        ("门诊处方有多少张", MZ_CF, {"zh_name": 1.0, "pinyin_code": 1.0, "mention": 1.0}),
+        # initials match but the Chinese name is not written: still linked by pinyin
+        ("统计每个门诊处方", MZ_CF, {"zh_name": 1.0, "pinyin_code": 1.0, "mention": 1.0}),
+        # a column named by its Chinese name
+        ("开方日期最早的是哪天", MZ_CF, {"column_words": 1.0}),
+        # CustomerID in Orders is a key column: "customer" must not link Orders
+        ("Which orders did the customer place?", ORDERS, {"name_words": 1.0, "mention": 1.0}),
+        # half of the Chinese name's bigrams: 订单 is not in 订购
+        ("订购了什么", ORDERS, {"zh_name": 0.0}),
+        # nothing in common
+        ("how is the weather", MZ_CF, {}),
+    ],
+)
+def test_link_features(question: str, table: Table, expected: dict[str, float]) -> None:
+    got = dict(zip(LINK_FEATURES, link_features(question, [table])[0].tolist(), strict=True))
+    want = {name: expected.get(name, 0.0) for name in LINK_FEATURES}
+    assert got == pytest.approx(want)
+
+
+def test_link_features_shape_and_range() -> None:
+    f = link_features("客户 Around the Horn 的订单", [MZ_CF, CUSTOMERS, ORDERS])
+    assert f.shape == (3, len(LINK_FEATURES))
+    assert f.min() >= 0.0 and f.max() <= 1.0
+    assert f[1, LINK_FEATURES.index("zh_name")] == 1.0 and f[2, LINK_FEATURES.index("zh_name")] == 1.0
+
+
+SHOP = [
+    Table("Employees", (Column("id"),), zh="员工"),
+    Table("Territories", (Column("id"),), zh="销售区域"),
+    Table("EmployeeTerritories", (Column("id"),), zh="员工负责区域"),
+    Table("Shippers", (Column("id"),), description="shipping companies that deliver orders", zh="运输公司"),
+    Table("mz_cf", (Column("id"),), zh="门诊处方"),
+    Table("Order Details", (Column("id"),), zh="订单明细"),
+    Table("Orders", (Column("id"),), zh="订单"),
+]
+
+
+def _named(question: str) -> dict[str, list[str]]:
+    return {t.name: [question[a:b] for a, b in spans] for t, spans in zip(SHOP, mention_spans(question, SHOP)) if spans}
+
+
+@pytest.mark.parametrize(
+    ("question", "named"),
+    [
+        # the longest name wins: "employee territories" is not also Employees or Territories
+        ("How many employee territories has employee King?", {"EmployeeTerritories": ["employee territories"],
+                                                             "Employees": ["employee"]}),
+        # camel case in the question and singular forms still match
+        ("List each EmployeeTerritory", {"EmployeeTerritories": ["EmployeeTerritory"]}),
+        # the description's first two words name a table whose name is not used
+        ("count the shipping companies", {"Shippers": ["shipping companies"]}),
+        # 订单明细 (Order Details) contains 订单 (Orders): only the longer one counts there
+        ("订单 10248 的订单明细", {"Orders": ["订单"], "Order Details": ["订单明细"]}),
+        # 员工负责区域 contains neither 员工 nor 销售区域 as a separate mention
+        ("员工负责区域有哪些", {"EmployeeTerritories": ["员工负责区域"]}),
+        # pinyin initials of 门诊处方 spell mz_cf even without its Chinese name in the sidecar
+        ("查门诊处方", {"mz_cf": ["门诊处方"]}),
+        ("nothing here", {}),
+    ],
+)  # fmt: skip
+def test_mention_spans(question: str, named: dict[str, list[str]]) -> None:
+    assert _named(question) == named
+
+
+def test_pinyin_code_alone_names_a_table_without_chinese_name() -> None:
+    bare = [Table("mz_cf", (Column("id"),))]  # no sidecar: only the code links it
+    assert mention_spans("今天的门诊处方", bare) == [[(3, 7)]]
