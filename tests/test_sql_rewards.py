@@ -19,7 +19,7 @@ from rewards.sql_syntax import syntax_reward
 
 CASES = load_sql_cases()
 BAD = [c for c in CASES if "bad" in c.tags]
-CONFIG = SQLRewardConfig(timeout_s=0.5, max_rows=10_000)
+CONFIG = SQLRewardConfig(timeout_s=0.5, max_rows=1000)
 BERLIN = "SELECT name FROM customers WHERE city = 'Berlin'"
 
 
