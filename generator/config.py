@@ -75,7 +75,7 @@ class GeneratorSFTConfig:
     num_epochs: float = 1.0
     """Passes over the training split (fractions allowed)."""
     max_steps: int | None = None
-    """Stop after this many optimizer steps (overrides --num-epochs when smaller)."""
+    """Train for exactly this many optimizer steps (replaces --num-epochs; the data repeats as needed)."""
     max_train_samples: int | None = None
     """Use only this many training samples (a random, seeded subset), for short budgets."""
 
@@ -214,15 +214,11 @@ class GRPOConfig:
             raise ConfigError(f"must be >= 0, got {self.beta}", where="--beta")
         if not 0.0 < self.epsilon < 1.0:
             raise ConfigError(f"must be in (0, 1), got {self.epsilon}", where="--epsilon")
-        if self.epsilon_high is None:
-            self.epsilon_high = DAPO_EPSILON_HIGH if self.loss_type == "dapo" else self.epsilon
-        if self.epsilon_high < self.epsilon:
+        if self.clip_high < self.epsilon:
             raise ConfigError(
                 f"--epsilon-high ({self.epsilon_high}) must be >= --epsilon ({self.epsilon}): clip-higher only widens "
                 "the upper side", where="--epsilon-high")  # fmt: skip
-        if self.scale_rewards is None:
-            self.scale_rewards = self.loss_type != "dr_grpo"
-        elif self.scale_rewards and self.loss_type == "dr_grpo":
+        if self.scale_rewards and self.loss_type == "dr_grpo":
             raise ConfigError(
                 "--scale-rewards True conflicts with --loss-type dr_grpo (Dr. GRPO removes the std scaling)",
                 where="--scale-rewards",
@@ -236,11 +232,9 @@ class GRPOConfig:
         if self.full_score is not None and not self.virtual_full_score:
             raise ConfigError(f"--full-score {self.full_score} is set but --virtual-full-score is False",
                               where="--full-score")  # fmt: skip
-        if self.full_score is None:
-            self.full_score = self.reward.max_total
-        if self.virtual_full_score and self.full_score < self.reward.max_total:
+        if self.virtual_full_score and self.anchor_score < self.reward.max_total:
             warnings.warn(
-                f"--full-score {self.full_score} is below the largest reward ({self.reward.max_total}): groups "
+                f"--full-score {self.anchor_score} is below the largest reward ({self.reward.max_total}): groups "
                 "scoring above it get negative advantages for being better than the anchor",
                 stacklevel=2,
             )
@@ -261,6 +255,24 @@ class GRPOConfig:
                 "(twice the weight memory); with LoRA the reference is the same model with adapters off",
                 stacklevel=2,
             )
+
+
+    @property
+    def clip_high(self) -> float:
+        """The upper clip range in use: --epsilon-high, else 0.28 for dapo, else --epsilon."""
+        if self.epsilon_high is not None:
+            return self.epsilon_high
+        return DAPO_EPSILON_HIGH if self.loss_type == "dapo" else self.epsilon
+
+    @property
+    def scale(self) -> bool:
+        """Whether advantages are divided by the group std: --scale-rewards, else not for dr_grpo."""
+        return self.scale_rewards if self.scale_rewards is not None else self.loss_type != "dr_grpo"
+
+    @property
+    def anchor_score(self) -> float:
+        """The virtual full score's reward: --full-score, else the largest possible total."""
+        return self.full_score if self.full_score is not None else self.reward.max_total
 
 
 @dataclass
@@ -298,7 +310,7 @@ class GenerateConfig:
     temperature: float = 0.0
     """0: greedy decoding; above 0: sampling at this temperature."""
     limit: int | None = None
-    """Answer only the first N samples of the split."""
+    """Answer only N samples of the split, a random subset drawn with --seed (kept in split order)."""
     seed: int = 0
     """Random seed (sampling only)."""
     threads: int | None = None

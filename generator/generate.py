@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import random
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -78,16 +79,15 @@ def route_paths(samples: Sequence[Sample], router_dir: Path | None, ds: BuiltDat
     given, else each sample's gold path.
 
     Raises:
-        CheckpointError: ``router_dir`` is not a loadable router checkpoint.
+        CheckpointError: ``router_dir`` is not a router checkpoint, or was trained on another
+            schema (see :meth:`router.route.Router.from_pretrained`).
     """
     if router_dir is None:
         return [s.path for s in samples]
-    try:
-        from router.inference import load_path_predictor  # the router package's loader
-    except ImportError as exc:  # pragma: no cover - depends on the router package's state
-        raise CheckpointError(f"this installation cannot load routers ({exc})", where=router_dir) from exc
-    predictor = load_path_predictor(router_dir, ds.graph)
-    return list(predictor.predict_paths([s.question for s in samples]))
+    from router.route import Router  # imported here: only runs with a router pay for its modules
+
+    router = Router.from_pretrained(router_dir, schema=ds.graph)
+    return list(router.predict_paths([s.question for s in samples]))
 
 
 # --------------------------------------------------------------------------- model folders
@@ -464,7 +464,10 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         torch.set_num_threads(cfg.threads)
     torch.manual_seed(cfg.seed)
     ds = load_dataset(cfg.data, db_path=cfg.db)
-    samples = ds.split(cfg.split)[: cfg.limit]
+    samples = ds.split(cfg.split)
+    if cfg.limit is not None and cfg.limit < len(samples):
+        keep = sorted(random.Random(cfg.seed).sample(range(len(samples)), cfg.limit))
+        samples = [samples[i] for i in keep]
     if not samples:
         raise ConfigError(f"split {cfg.split!r} of {cfg.data} has no samples", where="--split")
     model, tokenizer, _ = load_policy(cfg.model, cfg.generator)

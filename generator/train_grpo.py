@@ -311,9 +311,9 @@ def score_reference(model: torch.nn.Module, groups: Sequence[Group], temperature
 def assign_advantages(groups: Sequence[Group], cfg: GRPOConfig) -> None:
     """Set ``group.advantages`` (:func:`generator.grpo.group_advantages` with the config's
     scaling and virtual full score)."""
-    anchor = cfg.full_score if cfg.virtual_full_score else None
+    anchor = cfg.anchor_score if cfg.virtual_full_score else None
     for g in groups:
-        g.advantages = group_advantages(g.rewards, scale_rewards=bool(cfg.scale_rewards), virtual_full_score=anchor)
+        g.advantages = group_advantages(g.rewards, scale_rewards=cfg.scale, virtual_full_score=anchor)
 
 
 @dataclass
@@ -370,7 +370,7 @@ def optimise(
             assert g.advantages is not None
             out = grpo_loss(
                 logp, g.old_logp, g.ref_logp, g.advantages.to(device), g.completions.mask.to(device),
-                loss_type=cfg.loss_type, epsilon_low=cfg.epsilon, epsilon_high=float(cfg.epsilon_high),
+                loss_type=cfg.loss_type, epsilon_low=cfg.epsilon, epsilon_high=cfg.clip_high,
                 beta=cfg.beta, max_completion_length=cfg.max_completion_length,
                 total_sequences=total_seq, total_tokens=total_tok,
             )  # fmt: skip

@@ -119,9 +119,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                         where=cfg.data)  # fmt: skip
 
     steps_per_epoch = math.ceil(len(examples) / cfg.batch_size)
-    total_steps = max(1, math.ceil(steps_per_epoch * cfg.num_epochs))
-    if cfg.max_steps is not None:
-        total_steps = min(total_steps, cfg.max_steps)
+    total_steps = cfg.max_steps or max(1, math.ceil(steps_per_epoch * cfg.num_epochs))
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
     scheduler = get_cosine_schedule_with_warmup(optimizer, int(cfg.warmup_ratio * total_steps), total_steps)
