@@ -8,9 +8,10 @@ dataclass whose fields carry a one-line docstring underneath, as in CleanRL's ``
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from collections.abc import Callable, Sequence
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import tyro
 
@@ -24,8 +25,32 @@ def parse(config_cls: type[T], args: Sequence[str] | None = None, description: s
 
     Field names become ``--kebab-case`` flags; the docstring under each field is its help.
     Cross-field checks in ``__post_init__`` raise :class:`~data_pipeline.errors.ConfigError`.
+
+    Raises:
+        Route2SQLError: what ``config_cls.__post_init__`` raised (e.g. ``ConfigError`` naming the
+            flag), so :func:`run_main` prints it as one line. tyro would otherwise catch it (it is
+            a ``ValueError``) and print a boxed usage message instead.
     """
-    return tyro.cli(config_cls, args=args, description=description, config=(tyro.conf.FlagConversionOff,))
+    opts = (tyro.conf.FlagConversionOff,)
+    if not (dataclasses.is_dataclass(config_cls) and hasattr(config_cls, "__post_init__")):
+        return tyro.cli(config_cls, args=args, description=description, config=opts)
+    parsed = tyro.cli(_lenient(config_cls), args=args, description=description, config=opts)
+    values = {f.name: getattr(parsed, f.name) for f in dataclasses.fields(config_cls) if f.init}
+    return config_cls(**values)  # the real checks run here, outside tyro
+
+
+def _lenient(config_cls: type[T]) -> type[T]:
+    """A subclass of ``config_cls`` whose ``__post_init__`` lets a Route2SQLError pass (checked later)."""
+    post: Callable[[Any], None] = config_cls.__post_init__  # type: ignore[attr-defined]
+
+    def __post_init__(self: Any) -> None:
+        try:
+            post(self)
+        except Route2SQLError:
+            pass
+
+    names = {k: getattr(config_cls, k) for k in ("__doc__", "__module__", "__qualname__")}
+    return type(config_cls.__name__, (config_cls,), {"__post_init__": __post_init__, **names})
 
 
 def run_main(main: Callable[[], object]) -> None:

@@ -18,6 +18,7 @@ a question whose gold SQL returns rows is skipped with a warning naming it.
 
 from __future__ import annotations
 
+import math
 import statistics
 import time
 import warnings
@@ -40,6 +41,9 @@ from data_pipeline.splits import assign_splits
 from data_pipeline.stages import StageContext, run_stages
 from data_pipeline.synthesize import ROWS_PER_TABLE, synthesize_rows
 from data_pipeline.templates import heldout_template_ids
+
+MAX_SAMPLES_PER_PATH = 1000
+"""Most questions per path a build may ask for (more only repeats the templates and fills memory)."""
 
 SYNTHESIZED_DB = "database.sqlite"
 """File name, inside the output folder, of the copy whose empty tables got synthetic rows."""
@@ -83,12 +87,12 @@ class BuildConfig:
             raise ConfigError(f"languages must be a comma-separated subset of {','.join(LANGUAGES)}, got {self.languages!r}", where="--languages")
         if not 0.0 <= self.real_fraction <= 1.0:
             raise ConfigError(f"must be between 0 and 1, got {self.real_fraction}", where="--real-fraction")
-        if self.samples_per_path < 3:
-            raise ConfigError(f"must be at least 3 (three seed questions per path), got {self.samples_per_path}", where="--samples-per-path")
+        if not 3 <= self.samples_per_path <= MAX_SAMPLES_PER_PATH:
+            raise ConfigError(f"must be between 3 (three seed questions per path) and {MAX_SAMPLES_PER_PATH}, got {self.samples_per_path}", where="--samples-per-path")
         if self.max_hops < 0:
             raise ConfigError(f"must be >= 0, got {self.max_hops}", where="--max-hops")
-        if self.timeout_s <= 0:
-            raise ConfigError(f"must be positive, got {self.timeout_s}", where="--timeout-s")
+        if not (math.isfinite(self.timeout_s) and self.timeout_s > 0):
+            raise ConfigError(f"must be a positive number of seconds, got {self.timeout_s}", where="--timeout-s")
         if self.synthetic_rows < 1:
             raise ConfigError(f"must be at least 1, got {self.synthetic_rows}", where="--synthetic-rows")
         if (self.llm_base_url is None) != (self.llm_model is None):

@@ -209,7 +209,10 @@ def seed_questions(samples: list[Sample], ctx: StageContext) -> list[Sample]:
             language = ctx.languages[(lang_start + i) % len(ctx.languages)]
             # a fresh plan for repeated families, so the columns vary too
             plan = plans[family] if i < len(families) else plan_question(family, path, ctx, rng) or plans[family]
-            options = [t for t in templates_for(family, scope, language) if t.id not in used]
+            # once every template of the family is used (many samples per path), reuse them
+            options = [t for t in templates_for(family, scope, language) if t.id not in used] or list(
+                templates_for(family, scope, language)
+            )
             tpl = rng.choices(options, weights=[HELDOUT_WEIGHT if t.heldout else 1.0 for t in options])[0]
             used.add(tpl.id)
             sid = f"{ctx.db_name}-s{len(out)}"

@@ -17,6 +17,8 @@ timeout (seed 000's thread-pool timeout abandoned the thread while the query ran
 
 from __future__ import annotations
 
+import math
+import re
 import sqlite3
 import threading
 import time
@@ -35,8 +37,14 @@ from data_pipeline.errors import ConfigError, QueryRejected, SchemaError
 PROGRESS_STEPS = 1000
 """SQLite VM instructions between two deadline checks (a few microseconds of work each)."""
 
-MAX_VALUE_BYTES = 100_000_000
-"""Longest string or blob a query may build (``SQLITE_LIMIT_LENGTH``), so ``zeroblob(2e9)`` fails fast."""
+MAX_VALUE_BYTES = 10_000_000
+"""Longest string or blob a query may build (``SQLITE_LIMIT_LENGTH``), so ``zeroblob(2e9)`` fails fast.
+
+One function call is not interrupted by the progress handler: ``randomblob(99999999)`` took 1 s.
+"""
+
+MAX_SQL_CHARS = 20_000
+"""Longest query text accepted; parsing is not under the deadline (10,000 statements took 3 s)."""
 
 DENIED_FUNCTIONS = frozenset(
     {"load_extension", "writefile", "readfile", "edit", "fts3_tokenizer", "zipfile", "sqlar_compress"}
@@ -100,7 +108,7 @@ def check_statement(sql: str) -> str:
     data_pipeline.errors.QueryRejected: only SELECT queries may run, not DELETE
 
     Raises:
-        QueryRejected: with a short reason: empty text, text that does not parse, more than one
+        QueryRejected: with a short reason: empty text, text over :data:`MAX_SQL_CHARS` or nested too deeply, text that does not parse, more than one
             statement, a statement that is not a SELECT/UNION/INTERSECT/EXCEPT, a write or
             schema change anywhere inside it, or a call to a function in :data:`DENIED_FUNCTIONS`.
     """
@@ -111,12 +119,16 @@ def _checked(sql: str) -> tuple[exp.Expression, str]:
     """:func:`check_statement`'s work: the accepted statement and its own text, without trailing ``;``."""
     if not isinstance(sql, str) or not sql.strip():
         raise QueryRejected("empty query")
+    if len(sql) > MAX_SQL_CHARS:
+        raise QueryRejected(f"query too long ({len(sql)} characters, at most {MAX_SQL_CHARS})")
     try:
         tokens = _SQLITE.tokenize(sql)
         parsed = _SQLITE.parser().parse(tokens, sql)
     except (ParseError, TokenError) as exc:
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise QueryRejected(f"not valid SQL ({first})") from None
+    except RecursionError:
+        raise QueryRejected("query nested too deeply to parse") from None
     # a bare ';' parses to None and a trailing comment to a Semicolon: neither is a statement
     statements = [s for s in parsed if s is not None and not isinstance(s, exp.Semicolon)]
     if not statements:
@@ -126,6 +138,16 @@ def _checked(sql: str) -> tuple[exp.Expression, str]:
     stmt = statements[0]
     if not isinstance(stmt, _ALLOWED_TOP):
         raise QueryRejected(f"only SELECT queries may run, not {_kind(stmt)}")
+    try:
+        _check_nodes(stmt)
+    except RecursionError:
+        raise QueryRejected("query nested too deeply to parse") from None
+    end = max(t.end for t in tokens if t.token_type != TokenType.SEMICOLON)
+    return stmt, sql[: end + 1]
+
+
+def _check_nodes(stmt: exp.Expression) -> None:
+    """Refuse a write, schema change or denied function anywhere inside ``stmt``."""
     for node in stmt.walk():
         if isinstance(node, _FORBIDDEN_NODES):
             raise QueryRejected(f"only SELECT queries may run; found {_kind(node)} inside")
@@ -133,8 +155,24 @@ def _checked(sql: str) -> tuple[exp.Expression, str]:
             name = (node.name if isinstance(node, exp.Anonymous) else node.sql_name()).lower()
             if name in DENIED_FUNCTIONS:
                 raise QueryRejected(f"function {name}() is not allowed")
-    end = max(t.end for t in tokens if t.token_type != TokenType.SEMICOLON)
-    return stmt, sql[: end + 1]
+            if name in ("printf", "format"):
+                _check_format(node)
+
+
+_HUGE_FIELD = re.compile(r"%[^a-zA-Z%]*(\*|\d{6,})")
+
+
+def _check_format(node: exp.Func) -> None:
+    """Refuse ``printf``/``format`` with a computed format or a ``*``/6-digit width or precision.
+
+    SQLite 3.40 writes ``printf('%.*c', 2000000000, 'x')`` one character at a time for seconds,
+    inside one function call that the progress handler cannot interrupt.
+    """
+    fmt = node.expressions[0] if isinstance(node, exp.Anonymous) and node.expressions else node.this
+    if not (isinstance(fmt, exp.Literal) and fmt.is_string):
+        raise QueryRejected("printf()/format() needs a literal format string")
+    if _HUGE_FIELD.search(fmt.this):
+        raise QueryRejected("printf()/format() width or precision must be a literal under 100000")
 
 
 def _kind(node: exp.Expression) -> str:
@@ -195,8 +233,8 @@ def _failure(error: str, start: float, *, timed_out: bool = False) -> ExecutionR
 
 def _run(conn: sqlite3.Connection, sql: str, timeout_s: float, max_rows: int) -> ExecutionResult:
     """Check and run ``sql`` on ``conn`` under the deadline; never raises for a bad query."""
-    if timeout_s <= 0:
-        raise ConfigError(f"must be positive, got {timeout_s}", where="timeout_s")
+    if not (math.isfinite(timeout_s) and timeout_s > 0):  # NaN would never time out
+        raise ConfigError(f"must be a positive number of seconds, got {timeout_s}", where="timeout_s")
     if max_rows < 0:
         raise ConfigError(f"must be >= 0, got {max_rows}", where="max_rows")
     start = time.perf_counter()
@@ -254,7 +292,7 @@ def execute_readonly(
 
     Raises:
         SchemaError: ``db`` is a path to a missing file or to something that is not SQLite.
-        ConfigError: ``timeout_s <= 0`` or ``max_rows < 0``.
+        ConfigError: ``timeout_s`` not a positive finite number or ``max_rows < 0``.
     """
     if isinstance(db, sqlite3.Connection):
         return _run(db, sql, timeout_s, max_rows)

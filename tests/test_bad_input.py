@@ -1,0 +1,70 @@
+"""Adversarial inputs: a user's mistake is one ``error:`` line (exit 2), a hostile query never runs long or raises."""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from pathlib import Path
+
+import pytest
+
+from data_pipeline.backends.sqlite import execute_readonly
+from data_pipeline.build import main as build_main
+from data_pipeline.cli import run_main
+from data_pipeline.errors import ConfigError
+from data_pipeline.pipeline import BuildConfig, build_dataset
+
+
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@pytest.mark.parametrize(
+    ("flag", "value"),
+    [("--max-hops", "-1"), ("--languages", ""), ("--samples-per-path", "0"), ("--timeout-s", "nan")],
+)
+def test_bad_flag_value_is_one_error_line(tiny_db: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], flag: str, value: str) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        run_main(lambda: build_main(["--db", str(tiny_db), "--out", str(tmp_path / "out"), flag, value]))
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"error: {flag}: ")
+
+
+def test_huge_samples_per_path_refused(tiny_db: Path, tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="samples-per-path"):
+        BuildConfig(db=str(tiny_db), out=tmp_path / "o", samples_per_path=100_000_000)
+
+
+def test_many_samples_per_path_reuses_templates(tiny_db: Path, tmp_path: Path) -> None:
+    """40 per path needs more seed templates than a family has; it crashed with IndexError."""
+    cfg = BuildConfig(db=str(tiny_db), out=tmp_path / "o", samples_per_path=40, max_hops=0, languages="en")
+    ds, summary = build_dataset(cfg)
+    assert summary["n_samples"] > 0 and len(ds.samples) == summary["n_samples"]
+
+
+@pytest.mark.parametrize(
+    ("sql", "reason"),
+    [
+        ("SELECT " + "(" * 3000 + "1" + ")" * 3000, "nested too deeply"),
+        ("SELECT 1;" * 10_000, "too long"),
+        ("SELECT printf('%.*c', 2000000000, 'x')", "printf"),
+        ("SELECT printf(name) FROM customers", "literal format"),
+    ],
+)
+def test_hostile_query_rejected_fast(tiny_db: Path, sql: str, reason: str) -> None:
+    before = _digest(tiny_db)
+    start = time.perf_counter()
+    res = execute_readonly(tiny_db, sql, timeout_s=1.0)
+    assert not res.ok and res.error is not None and reason in res.error
+    assert time.perf_counter() - start < 1.0
+    assert _digest(tiny_db) == before
+
+
+def test_printf_with_small_format_still_runs(tiny_db: Path) -> None:
+    assert execute_readonly(tiny_db, "SELECT printf('%.2f', 1.234)").rows == [("1.23",)]
+
+
+def test_nan_timeout_refused(tiny_db: Path) -> None:
+    with pytest.raises(ConfigError, match="timeout_s"):
+        execute_readonly(tiny_db, "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x+1 FROM c) SELECT count(*) FROM c", timeout_s=float("nan"))
