@@ -27,16 +27,20 @@ def parse(config_cls: type[T], args: Sequence[str] | None = None, description: s
     Cross-field checks in ``__post_init__`` raise :class:`~data_pipeline.errors.ConfigError`.
 
     Raises:
-        Route2SQLError: what ``config_cls.__post_init__`` raised (e.g. ``ConfigError`` naming the
-            flag), so :func:`run_main` prints it as one line. tyro would otherwise catch it (it is
-            a ``ValueError``) and print a boxed usage message instead.
+        SystemExit: status 2 after printing ``error: <field>: <message>`` as one line when
+            ``config_cls.__post_init__`` raises a Route2SQLError (tyro would print a boxed usage
+            message instead), or tyro's own message for a malformed command line.
     """
     opts = (tyro.conf.FlagConversionOff,)
     if not (dataclasses.is_dataclass(config_cls) and hasattr(config_cls, "__post_init__")):
         return tyro.cli(config_cls, args=args, description=description, config=opts)
     parsed = tyro.cli(_lenient(config_cls), args=args, description=description, config=opts)
     values = {f.name: getattr(parsed, f.name) for f in dataclasses.fields(config_cls) if f.init}
-    return config_cls(**values)  # the real checks run here, outside tyro
+    try:
+        return config_cls(**values)  # the real checks run here, outside tyro
+    except Route2SQLError as exc:  # a bad flag value: one line and exit 2, as tyro does for bad syntax
+        print(f"error: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
 
 
 def _lenient(config_cls: type[T]) -> type[T]:
