@@ -1,0 +1,33 @@
+"""The join-path router: encoder + anchor / via / target heads + value head (SPEC section 4).
+
+Verbs::
+
+    python -m router.train_sft --data DIR --out CKPT      # supervised fine-tuning
+    python -m router.route --router CKPT "question"       # route a question
+
+    from router import Router
+    Router.from_pretrained(CKPT).route("客户 Around the Horn 买过哪些产品？")
+
+Modules: :mod:`router.backbones` (encoders), :mod:`router.text` (what the router reads about a
+schema), :mod:`router.model` (the network and checkpoints), :mod:`router.policy` (the
+actor-critic over legal paths that PPO trains), :mod:`router.train_sft`, :mod:`router.route`,
+:mod:`router.evaluate`.
+"""
+
+from router.evaluate import evaluate_router, path_metrics
+from router.model import PathSpace, RouterModel, RouterModelConfig
+from router.policy import PathDistribution, RouterBatch, RouterPolicy
+from router.route import RoutedPath, Router
+
+__all__ = [
+    "PathDistribution",
+    "PathSpace",
+    "RoutedPath",
+    "Router",
+    "RouterBatch",
+    "RouterModel",
+    "RouterModelConfig",
+    "RouterPolicy",
+    "evaluate_router",
+    "path_metrics",
+]

@@ -151,7 +151,7 @@ def _surface_forms(table: Table) -> tuple[tuple[tuple[str, ...], ...], tuple[str
     english = [tuple(s for s, _, _ in _stems_with_spans(table.name))]
     if table.description:
         short = re.split(r"[,;(]", table.description)[0].split()
-        for phrase in (short, short[:2]) if len(short) <= 3 else (short[:2],):
+        for phrase in (short, short[:2]) if len(short) <= 6 else (short[:2],):
             if phrase:
                 english.append(tuple(s for s, _, _ in _stems_with_spans(" ".join(phrase))))
     chinese = tuple(z for z in (table.zh,) if len(z) >= 2)
@@ -162,8 +162,9 @@ def mention_spans(question: str, tables: Sequence[Table]) -> list[list[tuple[int
     """Character spans ``[start, end)`` where the question names each table, maximal matches only.
 
     A table is named by its name's words (``EmployeeTerritories`` = "employee territories",
-    plural or singular), by its description when that is at most three words long or by the
-    description's first two words ("shipping companies ..." for Shippers), by its Chinese name,
+    plural or singular), by its description up to the first comma when that is at most six
+    words long ("shipping companies that deliver orders"), by the description's first two words
+    ("shipping companies" for Shippers), by its Chinese name,
     or by Chinese characters whose pinyin initials spell a pinyin-abbreviated name (``mz_cf``).
     A span inside a longer span of another table is dropped: "employee territories" names
     EmployeeTerritories, not Employees or Territories; 订单明细 names Order Details, not Orders.

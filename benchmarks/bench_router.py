@@ -1,0 +1,147 @@
+"""Router speed on this machine: SFT wall time on Northwind, routing latency and batch throughput.
+
+    python -m data_pipeline.build --db northwind --out /tmp/nw      # once
+    python benchmarks/bench_router.py --data /tmp/nw
+    python benchmarks/bench_router.py --data /tmp/nw --router /tmp/nw-router   # skip SFT, time routing only
+
+SFT runs ``python -m router.train_sft`` with its defaults (the multilingual-e5-small encoder)
+and reports the wall time from start to saved checkpoint, split into encoding (model load,
+tokenizing, running the frozen layers once) and training (epochs, value calibration, final
+evaluation). Routing loads the checkpoint with :meth:`router.route.Router.from_pretrained` and
+times ``route(question)`` one question at a time (p50 / p95 over the test questions, after a
+warm-up) and ``route_batch`` on batches of 64 (questions per second, median over rounds).
+The load average at start is printed with the results: other processes on a 2-core machine
+slow every number down.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import statistics
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from data_pipeline.cli import parse, run_main
+from data_pipeline.dataset import load_dataset
+from router.route import Router
+from router.train_sft import SFTConfig, train
+
+
+@dataclass
+class Args:
+    """Options of the router benchmark."""
+
+    data: Path
+    """Data set folder (``python -m data_pipeline.build --db northwind --out DIR``)."""
+    router: Path | None = None
+    """An already trained router: skip the SFT measurement."""
+    encoder: str = "multilingual-e5-small"
+    """Encoder for the SFT run."""
+    threads: int = 0
+    """Torch threads (0: all cores)."""
+    single_questions: int = 100
+    """Questions timed one at a time (after 5 warm-up calls)."""
+    batch_rounds: int = 5
+    """Batches of 64 timed."""
+    out: Path | None = None
+    """Also write the results as JSON here."""
+
+
+def machine() -> str:
+    """The machine in words: CPU model, cores, torch threads, Python version."""
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    return (f"{cpu}, {os.cpu_count()} cores, torch {torch.__version__} with {torch.get_num_threads()} threads, "
+            f"Python {platform.python_version()}")  # fmt: skip
+
+
+def main() -> dict:
+    args = parse(Args, description=__doc__.split("\n\n")[0] if __doc__ else None)
+    if args.threads > 0:
+        torch.set_num_threads(args.threads)
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    results: dict = {"machine": machine(), "load_average_1min_at_start": round(load, 2)}
+    ds = load_dataset(args.data)
+    tmp = None
+    ckpt = args.router
+    if ckpt is None:
+        tmp = tempfile.TemporaryDirectory(prefix="bench-router-")
+        ckpt = Path(tmp.name) / "router"
+        t0 = time.perf_counter()
+        res = train(SFTConfig(data=args.data, out=ckpt, encoder=args.encoder, threads=args.threads, progress=False,
+                              tensorboard=False))  # fmt: skip
+        wall = time.perf_counter() - t0
+        meta = json.loads((ckpt / "config.json").read_text())
+        results["sft"] = {
+            "train_samples": len(ds.split("train")),
+            "wall_s": round(wall, 1),
+            "encode_s": meta["timing_s"]["encode"],
+            "train_s": meta["timing_s"]["train"],
+            "epochs_run": len(res.history),
+            "best_epoch": res.best_epoch,
+            "s_per_epoch": round(statistics.median(
+                b["time/elapsed_s"] - a["time/elapsed_s"] for a, b in zip(res.history, res.history[1:], strict=False)
+            ), 1) if len(res.history) > 1 else None,
+            "full_path_acc": {k: round(v["full_path_acc"], 4) for k, v in res.metrics.items() if k != "value"},
+        }  # fmt: skip
+
+    t0 = time.perf_counter()
+    router = Router.from_pretrained(ckpt)
+    results["load_s"] = round(time.perf_counter() - t0, 2)
+    questions = [s.question for s in ds.split("test") + ds.split("test_heldout")] or [s.question for s in ds.samples]
+    for q in questions[:5]:
+        router.route(q)
+    lat = []
+    for i in range(args.single_questions):
+        q = questions[i % len(questions)]
+        t0 = time.perf_counter()
+        router.route(q)
+        lat.append(1000 * (time.perf_counter() - t0))
+    lat.sort()
+    results["route_one_ms"] = {
+        "p50": round(statistics.median(lat), 1),
+        "p95": round(lat[min(len(lat) - 1, int(0.95 * len(lat)))], 1),
+        "n": len(lat),
+    }
+    rates = []
+    for r in range(args.batch_rounds):
+        batch = [questions[(r * 64 + i) % len(questions)] for i in range(64)]
+        t0 = time.perf_counter()
+        router.route_batch(batch)
+        rates.append(64 / (time.perf_counter() - t0))
+    results["batch64_questions_per_s"] = round(statistics.median(rates), 1)
+    if tmp is not None:
+        tmp.cleanup()
+
+    print(f"machine: {results['machine']} (1-min load average at start: {results['load_average_1min_at_start']})")
+    print("| measure | value |\n|---|---|")
+    if "sft" in results:
+        s = results["sft"]
+        print(f"| SFT wall time, Northwind ({s['train_samples']} train samples) | {s['wall_s']} s "
+              f"(encode {s['encode_s']} s, train {s['train_s']} s, {s['epochs_run']} epochs, {s['s_per_epoch']} s/epoch) |")  # fmt: skip
+        print(f"| full-path accuracy after SFT | {s['full_path_acc']} |")
+    print(f"| router load | {results['load_s']} s |")
+    print(f"| route one question, p50 / p95 | {results['route_one_ms']['p50']} / {results['route_one_ms']['p95']} ms |")
+    print(f"| route_batch(64) throughput | {results['batch64_questions_per_s']} questions/s |")
+    if args.out is not None:
+        from data_pipeline.io import write_json
+
+        write_json(args.out, results)
+    return results
+
+
+if __name__ == "__main__":
+    run_main(main)

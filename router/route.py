@@ -1,0 +1,397 @@
+"""Route questions with a trained router: ``python -m router.route --router DIR "question"``.
+
+Python API::
+
+    router = Router.from_pretrained("runs/sft")          # the schema it was trained on
+    r = router.route("客户 Around the Horn 买过哪些产品？")
+    r.path, r.prob, r.skeleton                            # JoinPath, joint probability, SQL skeleton
+
+A checkpoint records the fingerprint of the schema it was trained on. Loading it with another
+schema (``schema=`` / ``--db`` / ``--schema``) raises :class:`CheckpointError` naming both
+fingerprints unless ``retarget=True`` (``--retarget``): the heads then score the new schema's
+own tables and via options, since they have no fixed output units.
+
+File mode: ``--file in.jsonl --out out.jsonl`` reads one ``{"question": ...}`` object per line
+(optional ``id``, and a gold ``path`` that is checked against the schema and scored) and writes
+one :meth:`RoutedPath.to_dict` per line.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Annotated, Any
+
+import torch
+import tyro
+
+from data_pipeline.cli import parse, run_main
+from data_pipeline.errors import CheckpointError, DataError
+from data_pipeline.graph import JoinPath, SchemaGraph
+from data_pipeline.io import read_jsonl, write_jsonl
+from data_pipeline.schema import Schema, introspect
+from router.model import PathSpace, RouterModel
+from router.policy import PathDistribution, RouterPolicy
+
+SCHEMA_FILE = "schema.json"
+
+
+@dataclass(frozen=True)
+class RoutedPath:
+    """The router's answer for one question.
+
+    Attributes:
+        question: the question.
+        path: the most probable legal path (joint decoding).
+        prob: its joint probability.
+        anchor_prob: p(anchor) (marginal over legal paths).
+        via_prob: p(via | anchor).
+        target_prob: p(target | anchor, via); ``prob == anchor_prob * via_prob * target_prob``.
+        skeleton: executable join skeleton of ``path`` (``SELECT COUNT(*) FROM ... JOIN ...``).
+        top_k: the ``k`` most probable paths with their probabilities, best first
+            (``top_k[0]`` is ``(path, prob)``).
+    """
+
+    question: str
+    path: JoinPath
+    prob: float
+    anchor_prob: float
+    via_prob: float
+    target_prob: float
+    skeleton: str
+    top_k: tuple[tuple[JoinPath, float], ...] = field(default=())
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "question": self.question,
+            "path": self.path.to_dict(),
+            "prob": self.prob,
+            "anchor_prob": self.anchor_prob,
+            "via_prob": self.via_prob,
+            "target_prob": self.target_prob,
+            "skeleton": self.skeleton,
+            "top_k": [{"path": p.to_dict(), "prob": q} for p, q in self.top_k],
+        }
+
+
+def load_schema(source: Schema | SchemaGraph | str | Path, descriptions: str | Path | None = None) -> Schema:
+    """A schema from an object, a data set folder, a ``schema.json`` file or a SQLite database.
+
+    Raises:
+        SchemaError: a database that cannot be read.
+        DataError: a ``schema.json`` that is malformed, or a path that is none of these.
+    """
+    if isinstance(source, SchemaGraph):
+        return source.schema
+    if isinstance(source, Schema):
+        return source
+    path = Path(source)
+    if path.is_dir():
+        path = path / SCHEMA_FILE
+    if path.suffix == ".json":
+        if not path.is_file():
+            raise DataError("schema file not found", where=path)
+        try:
+            return Schema.from_dict(json.loads(path.read_text(encoding="utf-8")))
+        except (json.JSONDecodeError, KeyError, TypeError) as exc:
+            raise DataError(f"malformed schema file ({exc})", where=path) from exc
+    return introspect(path, descriptions=descriptions)
+
+
+class Router:
+    """A trained router bound to one schema, for inference (no gradients, dropout off).
+
+    PPO can train ``router.policy`` (a :class:`RouterPolicy`) in place and keep routing and
+    saving through this object: candidate encodings follow the weights.
+
+    Args:
+        policy: the network and the schema's legal paths.
+        meta: the checkpoint's ``config.json`` (training options, metrics, fingerprint).
+    """
+
+    def __init__(self, policy: RouterPolicy, meta: dict[str, Any] | None = None):
+        self.policy = policy.eval()
+        self.meta = dict(meta or {})
+        self._cache: tuple[tuple[int, ...], Any] | None = None
+
+    def _candidates(self) -> Any:
+        """The schema's candidate vectors, recomputed only when a weight changed in place
+        (an optimizer step bumps every tensor's version counter), e.g. while PPO trains the policy."""
+        version = tuple(p._version for p in self.policy.actor_parameters())
+        if self._cache is None or self._cache[0] != version:
+            with torch.no_grad():
+                self._cache = (version, self.policy.candidates())
+        return self._cache[1]
+
+    def save_pretrained(self, out_dir: str | Path, metadata: dict[str, Any] | None = None) -> Path:
+        """Save the network with this router's schema (fingerprint, snapshot) and ``metadata``.
+
+        The folder loads with :meth:`from_pretrained` like an SFT checkpoint; keys of the loaded
+        ``config.json`` (training options, metrics) are kept unless ``metadata`` replaces them.
+        """
+        keep = {k: v for k, v in self.meta.items() if k not in ("format", "version", "model", "retargeted")}
+        meta = keep | {
+            "schema_fingerprint": self.schema.fingerprint(),
+            "schema_name": self.schema.name,
+            "max_hops": self.graph.max_hops,
+        } | dict(metadata or {})
+        files = dict(meta.pop("files", {}))
+        files[SCHEMA_FILE] = self.schema.to_dict() | {"max_hops": self.graph.max_hops}
+        return self.policy.model.save_pretrained(out_dir, meta | {"files": files})
+
+    @classmethod
+    def from_pretrained(
+        cls,
+        ckpt_dir: str | Path,
+        schema: Schema | SchemaGraph | str | Path | None = None,
+        *,
+        retarget: bool = False,
+        max_hops: int | None = None,
+        descriptions: str | Path | None = None,
+    ) -> Router:
+        """Load a checkpoint written by ``python -m router.train_sft`` (or PPO), offline.
+
+        Args:
+            ckpt_dir: the checkpoint folder.
+            schema: route over this schema instead of the checkpoint's own snapshot: a
+                :class:`Schema`/:class:`SchemaGraph`, a data set folder, a ``schema.json`` or a
+                SQLite file.
+            retarget: allow ``schema`` to differ from the training schema.
+            max_hops: longest legal path (default: the checkpoint's, else the data set's).
+            descriptions: description sidecar for a SQLite ``schema``.
+
+        Raises:
+            CheckpointError: missing or broken checkpoint files, or a schema whose fingerprint
+                differs from the checkpoint's while ``retarget`` is False (both named).
+        """
+        model, meta = RouterModel.from_pretrained(ckpt_dir)
+        trained_fp = meta.get("schema_fingerprint")
+        hops = max_hops if max_hops is not None else int(meta.get("max_hops", 3))
+        if schema is None:
+            snap = Path(ckpt_dir) / SCHEMA_FILE
+            if not snap.is_file():
+                raise CheckpointError(f"missing {SCHEMA_FILE}; pass the schema to route over", where=ckpt_dir)
+            try:
+                doc = json.loads(snap.read_text(encoding="utf-8"))
+                sch = Schema.from_dict(doc)
+            except (json.JSONDecodeError, KeyError, TypeError) as exc:
+                raise CheckpointError(f"malformed schema snapshot ({exc})", where=snap) from exc
+        else:
+            if isinstance(schema, SchemaGraph) and max_hops is None:
+                hops = schema.max_hops
+            elif isinstance(schema, (str, Path)) and max_hops is None:
+                hops = _data_set_hops(Path(schema), hops)
+            sch = load_schema(schema, descriptions)
+        fp = sch.fingerprint()
+        if trained_fp and fp != trained_fp and not retarget:
+            raise CheckpointError(
+                f"router was trained on schema {meta.get('schema_name', '?')!r} (fingerprint {trained_fp}) "
+                f"but was given schema {sch.name!r} (fingerprint {fp}); pass retarget=True / --retarget "
+                "to route over the new schema's tables",
+                where=ckpt_dir,
+            )
+        graph = schema if isinstance(schema, SchemaGraph) and max_hops is None else SchemaGraph(sch, max_hops=hops)
+        return cls(RouterPolicy(model, PathSpace(graph)), meta | {"retargeted": fp != trained_fp})
+
+    @property
+    def graph(self) -> SchemaGraph:
+        return self.policy.space.graph
+
+    @property
+    def schema(self) -> Schema:
+        return self.policy.space.schema
+
+    @torch.no_grad()
+    def distributions(self, questions: Sequence[str], batch_size: int = 64) -> list[PathDistribution]:
+        """The policy's distributions for ``questions``, in batches of ``batch_size`` (eval mode, no gradients).
+
+        Raises:
+            DataError: an empty or too long question (``line`` = its 1-based position).
+        """
+        was = self.policy.training
+        self.policy.eval()
+        try:
+            return self._distributions(questions, batch_size)
+        finally:
+            self.policy.train(was)
+
+    def _distributions(self, questions: Sequence[str], batch_size: int) -> list[PathDistribution]:
+        out = []
+        for start in range(0, len(questions), batch_size):
+            chunk = list(questions[start : start + batch_size])
+            try:
+                batch = self.policy.make_batch(chunk)
+            except DataError as exc:
+                raise DataError(exc.message, where="question", line=start + (exc.line or 1)) from exc
+            out.append(self.policy.distribution(batch, candidates=self._candidates()))
+        return out
+
+    def route_batch(self, questions: Sequence[str], top_k: int = 3, batch_size: int = 64) -> list[RoutedPath]:
+        """Route every question; see :meth:`route`. ``len(result) == len(questions)``."""
+        space = self.policy.space
+        results: list[RoutedPath] = []
+        k = max(1, min(top_k, space.n_paths))
+        qi = 0
+        for dist in self.distributions(questions, batch_size):
+            probs = dist.log_prob.exp()
+            top_p, top_i = probs.topk(k, dim=-1)
+            for row in range(probs.shape[0]):
+                best = int(top_i[row, 0])
+                pair = int(space.path_pair[best])
+                anchor = int(space.path_anchor[best])
+                path = space.paths[best]
+                results.append(
+                    RoutedPath(
+                        question=questions[qi],
+                        path=path,
+                        prob=float(top_p[row, 0]),
+                        anchor_prob=float(dist.anchor_log_prob[row, anchor].exp()),
+                        via_prob=float(dist.via_log_prob[row, pair].exp()),
+                        target_prob=float(dist.target_log_prob[row, best].exp()),
+                        skeleton=self.graph.skeleton(path),
+                        top_k=tuple((space.paths[int(i)], float(p)) for p, i in zip(top_p[row], top_i[row], strict=True)),
+                    )
+                )
+                qi += 1
+        return results
+
+    def route(self, question: str, top_k: int = 3) -> RoutedPath:
+        """The most probable legal path for ``question``, with head probabilities and ``top_k`` alternatives.
+
+        Raises:
+            DataError: the question is empty or longer than the router's token limit.
+        """
+        return self.route_batch([question], top_k=top_k)[0]
+
+    def predict_paths(self, questions: Sequence[str]) -> list[JoinPath]:
+        """Joint-decoded path per question (the :class:`router.evaluate.PathPredictor` protocol)."""
+        space = self.policy.space
+        return [space.paths[int(i)] for d in self.distributions(questions) for i in d.mode()]
+
+
+def _data_set_hops(path: Path, default: int) -> int:
+    """``max_hops`` recorded in a data set's ``schema.json``, else ``default``."""
+    f = path / SCHEMA_FILE if path.is_dir() else path
+    if f.suffix == ".json" and f.is_file():
+        try:
+            return int(json.loads(f.read_text(encoding="utf-8")).get("max_hops", default))
+        except (ValueError, AttributeError):
+            return default
+    return default
+
+
+# --------------------------------------------------------------------------- command line
+
+
+@dataclass
+class RouteConfig:
+    """Options of ``python -m router.route``."""
+
+    router: Path
+    """Router checkpoint folder (from ``python -m router.train_sft`` or PPO)."""
+    questions: Annotated[tuple[str, ...], tyro.conf.Positional] = ()
+    """Questions to route (or use --file)."""
+    file: Path | None = None
+    """JSONL input: one {"question": ...} per line (optional "id" and gold "path")."""
+    out: Path | None = None
+    """JSONL output for --file (default: print a table per question)."""
+    db: Path | None = None
+    """Route over this SQLite database's schema instead of the checkpoint's."""
+    schema: Path | None = None
+    """Route over this schema: a data set folder or a schema.json (instead of --db)."""
+    descriptions: Path | None = None
+    """Description sidecar for --db."""
+    retarget: bool = False
+    """Allow a schema that differs from the one the router was trained on."""
+    max_hops: int | None = None
+    """Longest path in joins (default: the checkpoint's)."""
+    top_k: int = 3
+    """Alternatives to show per question."""
+    batch_size: int = 64
+    """Questions per forward pass."""
+    threads: int = 0
+    """Torch CPU threads (0: all cores)."""
+
+    def __post_init__(self) -> None:
+        from data_pipeline.errors import ConfigError
+
+        if self.db is not None and self.schema is not None:
+            raise ConfigError(f"give --db ({self.db}) or --schema ({self.schema}), not both", where="schema")
+        if not self.questions and self.file is None:
+            raise ConfigError("give a question or --file", where="questions")
+        if self.questions and self.file is not None:
+            raise ConfigError("give questions or --file, not both", where="file")
+        if self.top_k < 1:
+            raise ConfigError(f"must be >= 1, got {self.top_k}", where="top_k")
+
+
+def _print_routes(routes: Sequence[RoutedPath], graph: SchemaGraph) -> None:
+    from rich.console import Console
+    from rich.table import Table as RichTable
+
+    console = Console()
+    for r in routes:
+        table = RichTable(title=r.question, title_justify="left", show_lines=False)
+        for col in ("#", "anchor", "via", "target", "p(path)"):
+            table.add_column(col, justify="right" if col in ("#", "p(path)") else "left")
+        via = r.path.via_key
+        table.add_row("1", f"{r.path.anchor} ({r.anchor_prob:.2f})", f"{via} ({r.via_prob:.2f})",
+                      f"{r.path.target} ({r.target_prob:.2f})", f"{r.prob:.3f}")  # fmt: skip
+        for i, (p, q) in enumerate(r.top_k[1:], 2):
+            table.add_row(str(i), p.anchor, p.via_key, p.target, f"{q:.3f}")
+        console.print(table)
+        console.print(f"[bold]skeleton:[/bold] {r.skeleton}")
+
+
+def main(args: Sequence[str] | None = None) -> list[RoutedPath]:
+    """Command-line entry point (see the module docstring)."""
+    cfg = parse(RouteConfig, args, description=__doc__.split("\n\n")[0] if __doc__ else None)
+    if cfg.threads > 0:
+        torch.set_num_threads(cfg.threads)
+    schema_src = cfg.db if cfg.db is not None else cfg.schema
+    router = Router.from_pretrained(
+        cfg.router, schema_src, retarget=cfg.retarget, max_hops=cfg.max_hops, descriptions=cfg.descriptions
+    )
+    if cfg.file is None:
+        routes = router.route_batch(list(cfg.questions), top_k=cfg.top_k, batch_size=cfg.batch_size)
+        _print_routes(routes, router.graph)
+        return routes
+    records = read_jsonl(cfg.file)
+    questions, golds = [], []
+    for line, rec in enumerate(records, 1):
+        q = rec.get("question")
+        if not isinstance(q, str) or not q.strip():
+            raise DataError("record needs a non-empty string field 'question'", where=cfg.file, line=line)
+        questions.append(q)
+        gold = None
+        if rec.get("path") is not None:
+            gold = JoinPath.from_dict(rec["path"], where=str(cfg.file), line=line)
+            router.graph.check_path(gold, where=str(cfg.file), line=line)
+        golds.append(gold)
+    try:
+        routes = router.route_batch(questions, top_k=cfg.top_k, batch_size=cfg.batch_size)
+    except DataError as exc:
+        raise DataError(exc.message, where=cfg.file, line=exc.line) from exc
+    out_records = []
+    for rec, r, gold in zip(records, routes, golds, strict=True):
+        d = ({"id": rec["id"]} if "id" in rec else {}) | r.to_dict()
+        if gold is not None:
+            d["gold"] = gold.to_dict()
+            d["correct"] = r.path == gold
+        out_records.append(d)
+    if cfg.out is not None:
+        write_jsonl(cfg.out, out_records)
+        scored = [d["correct"] for d in out_records if "correct" in d]
+        msg = f"wrote {cfg.out} ({len(out_records)} questions"
+        if scored:
+            msg += f", full-path accuracy {sum(scored) / len(scored):.3f} on {len(scored)} labelled"
+        print(msg + ")")
+    else:
+        _print_routes(routes, router.graph)
+    return routes
+
+
+if __name__ == "__main__":
+    run_main(main)

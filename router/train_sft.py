@@ -1,0 +1,623 @@
+"""Supervised fine-tuning of the router (phase 1 of seed 002): ``python -m router.train_sft --data DIR --out DIR``.
+
+Loss per batch, with each head's cross-entropy taken under its legality mask and the gold
+prefix (teacher forcing; the three terms sum to the path's negative log-likelihood, see
+:mod:`router.policy`)::
+
+    loss = sum_h  sum_i w_h,i * CE_h,i / sum_i w_h,i          h in (anchor, via, target)
+         + value_weight * MSE(value_i, E_path~policy[reward(path, gold_i)])
+
+``w_h,i`` is a class-balancing weight, ``(n / (K * count(class)))^class_balance`` over the
+training labels of head ``h``; a sample whose gold via is not null has its via weight
+multiplied by ``via_nonnull_weight`` (10x, SPEC section 4). The value head regresses the exact
+expected reward (:func:`rewards.router.path_reward_components`) of the current policy, on
+detached features, and is calibrated again on the final policy after early stopping, so PPO's
+critic starts from SFT (seed 002: a random critic destroyed the actor).
+
+Speed: the embeddings and lower encoder layers are frozen and their outputs for every question
+and table are computed once; only the top ``trainable_layers`` layers and the heads train.
+Early stopping keeps the epoch with the best validation full-path accuracy.
+
+Outputs: the checkpoint folder ``--out`` (written atomically; :mod:`router.model` layout plus
+``schema.json``, ``eval.json`` and ``metrics.jsonl``), and live logs in ``--log-dir``
+(default ``OUT.logs``): ``metrics.jsonl`` (one line per epoch) and TensorBoard events.
+
+Metrics (per epoch): ``train/loss``, ``train/anchor_ce``, ``train/via_ce``, ``train/target_ce``
+(weighted mean cross-entropies), ``train/value_loss`` (MSE of the value head), ``train/lr``;
+``route/full_path_acc``, ``route/anchor_acc``, ``route/via_acc``, ``route/target_acc`` and
+``route/nll`` on the validation split.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import sys
+import time
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from data_pipeline.cli import parse, run_main
+from data_pipeline.dataset import BuiltDataset, load_dataset
+from data_pipeline.errors import ConfigError, DataError
+from data_pipeline.io import write_json, write_jsonl
+from data_pipeline.samples import Sample
+from rewards.router import RewardConfig, path_reward_components
+from router.backbones import DEFAULT_ENCODER
+from router.evaluate import format_table, path_metrics
+from router.model import PathSpace, RouterModel
+from router.policy import PathDistribution, RouterBatch, RouterPolicy
+
+
+@dataclass
+class SFTConfig:
+    """Options of ``python -m router.train_sft`` (defaults fit Northwind in a few minutes on 2 CPU cores)."""
+
+    data: Path
+    """Data set folder written by ``python -m data_pipeline.build`` (schema.json + samples.jsonl)."""
+    out: Path
+    """Checkpoint folder to write (replaced atomically at the end)."""
+    encoder: str = DEFAULT_ENCODER
+    """Encoder: ``multilingual-e5-small``, ``all-MiniLM-L6-v2`` or a Hugging Face directory."""
+    init: Path | None = None
+    """Start from this router checkpoint instead of a fresh one (its schema may differ)."""
+    trainable_layers: int = 3
+    """Top encoder layers that train; the rest is frozen and its outputs are cached."""
+    head_dim: int = 256
+    """Width of the heads' query and candidate vectors."""
+    epochs: int = 20
+    """Most epochs; early stopping usually ends sooner."""
+    patience: int = 4
+    """Stop after this many epochs without a better validation full-path accuracy."""
+    batch_size: int = 32
+    """Questions per optimizer step."""
+    lr: float = 1e-3
+    """Peak learning rate of the heads (and of the value head)."""
+    encoder_lr: float = 1e-4
+    """Peak learning rate of the trainable encoder layers."""
+    weight_decay: float = 0.01
+    """AdamW weight decay (not applied to biases and norms)."""
+    warmup_ratio: float = 0.1
+    """Share of the steps with a linear warm-up before the cosine decay."""
+    max_grad_norm: float = 1.0
+    """Gradient norm clip."""
+    via_nonnull_weight: float = 10.0
+    """Via loss weight of a sample whose gold via is not null (seed 002: 10x)."""
+    class_balance: float = 0.5
+    """Power of the inverse class frequency in each head's sample weights (0: no balancing)."""
+    value_weight: float = 1.0
+    """Weight of the value head's regression loss (it reads detached features)."""
+    value_calibration_epochs: int = 40
+    """Epochs fitting the value head to the final policy's expected reward (0: skip)."""
+    max_question_tokens: int = 64
+    """Longest question in tokens; a longer training question is an error."""
+    seed: int = 0
+    """Seed of every random draw (initialisation, shuffling, dropout)."""
+    threads: int = 0
+    """Torch CPU threads (0: all cores)."""
+    max_train_samples: int = 0
+    """Use only the first N training samples (0: all); for quick runs."""
+    log_dir: Path | None = None
+    """Live metrics.jsonl and TensorBoard events (default: OUT.logs next to the checkpoint)."""
+    tensorboard: bool = True
+    """Write TensorBoard events."""
+    progress: bool = True
+    """Show a progress bar."""
+    eval_splits: tuple[str, ...] = ("validation", "test", "test_heldout")
+    """Splits evaluated with the final model (those present in the data)."""
+    reward: RewardConfig = field(default_factory=RewardConfig)
+    """Reward whose expectation the value head learns (the one PPO will use)."""
+
+    def __post_init__(self) -> None:
+        for name in ("epochs", "batch_size", "patience"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"must be >= 1, got {getattr(self, name)}", where=name)
+        for name in ("lr", "encoder_lr"):
+            if not getattr(self, name) > 0:
+                raise ConfigError(f"must be > 0, got {getattr(self, name)}", where=name)
+        if not 0 <= self.warmup_ratio < 1:
+            raise ConfigError(f"must be in [0, 1), got {self.warmup_ratio}", where="warmup_ratio")
+        if self.via_nonnull_weight < 1:
+            raise ConfigError(f"must be >= 1, got {self.via_nonnull_weight}", where="via_nonnull_weight")
+        if self.class_balance < 0:
+            raise ConfigError(f"must be >= 0, got {self.class_balance}", where="class_balance")
+        if self.init is not None and self.encoder != DEFAULT_ENCODER:
+            raise ConfigError(
+                f"--init {self.init} brings its own encoder; do not also give --encoder {self.encoder}", where="encoder"
+            )
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        for k, v in d.items():
+            if isinstance(v, Path):
+                d[k] = str(v)
+        d["eval_splits"] = list(self.eval_splits)
+        return d
+
+
+# --------------------------------------------------------------------------- cached questions
+
+
+@dataclass
+class EncodedSplit:
+    """One split's questions with their frozen-layer states cached, and their labels.
+
+    Attributes:
+        samples: the samples.
+        ids, lower: per-sample ``(len_i,)`` token ids and ``(len_i, hidden)`` frozen-part states.
+        mentions: per-sample ``(len_i, T)`` token-names-table indicators (None: tokenizer without offsets).
+        links: ``(n, T, F)`` lexical link features.
+        anchor, pair, path: ``(n,)`` gold anchor table, (anchor, via) pair and path indices.
+        reward_row: ``(n,)`` row of the gold path in the reward table.
+    """
+
+    samples: list[Sample]
+    ids: list[torch.Tensor]
+    lower: list[torch.Tensor]
+    mentions: list[torch.Tensor] | None
+    links: torch.Tensor
+    anchor: torch.Tensor
+    pair: torch.Tensor
+    path: torch.Tensor
+    reward_row: torch.Tensor
+
+    def __len__(self) -> int:
+        return len(self.samples)
+
+    def batch(self, idx: Sequence[int]) -> RouterBatch:
+        """A padded :class:`RouterBatch` (``lower`` set) of the samples at ``idx``."""
+        width = max(len(self.ids[i]) for i in idx)
+        hidden = self.lower[idx[0]].shape[-1]
+        ids = torch.zeros(len(idx), width, dtype=torch.long)
+        mask = torch.zeros(len(idx), width, dtype=torch.long)
+        lower = torch.zeros(len(idx), width, hidden)
+        ment = None if self.mentions is None else torch.zeros(len(idx), width, self.links.shape[1])
+        for row, i in enumerate(idx):
+            n = len(self.ids[i])
+            ids[row, :n] = self.ids[i]
+            mask[row, :n] = 1
+            lower[row, :n] = self.lower[i]
+            if ment is not None and self.mentions is not None:
+                ment[row, :n] = self.mentions[i]
+        return RouterBatch(ids, mask, self.links[list(idx)], ment, lower)
+
+
+class RewardTable:
+    """Reward of every legal path against each gold path seen: ``table[row(gold), path]``."""
+
+    def __init__(self, space: PathSpace, config: RewardConfig):
+        self.space = space
+        self.config = config
+        self.rows: dict[int, int] = {}
+        self._rows: list[list[float]] = []
+
+    def row(self, gold: int) -> int:
+        if gold not in self.rows:
+            g = self.space.paths[gold]
+            self.rows[gold] = len(self._rows)
+            self._rows.append(
+                [path_reward_components(p, g, self.space.graph, self.config)["total"] for p in self.space.paths]
+            )
+        return self.rows[gold]
+
+    @property
+    def table(self) -> torch.Tensor:
+        """``(n_gold_rows, N)`` float tensor."""
+        return torch.tensor(self._rows, dtype=torch.float32)
+
+
+def encode_split(
+    policy: RouterPolicy, samples: list[Sample], rewards: RewardTable, where: str, batch_size: int = 64
+) -> EncodedSplit:
+    """Tokenize ``samples``, run the frozen encoder part once, and index their gold paths.
+
+    Raises:
+        DataError: a question is empty or too long, or a gold path is not legal (naming ``where``
+            and the sample id).
+    """
+    space = policy.space
+    model = policy.model
+    n = len(samples)
+    order = sorted(range(n), key=lambda i: len(samples[i].question))
+    ids: list[torch.Tensor] = [torch.zeros(0)] * n
+    lower: list[torch.Tensor] = [torch.zeros(0)] * n
+    mentions: list[torch.Tensor] | None = [torch.zeros(0)] * n
+    links = torch.zeros(n, space.n_tables, model.config.n_link_features)
+    for start in range(0, n, batch_size):
+        chunk = order[start : start + batch_size]
+        try:
+            batch = policy.make_batch([samples[i].question for i in chunk], with_lower=True)
+        except DataError as exc:
+            bad = samples[chunk[(exc.line or 1) - 1]]
+            raise DataError(f"sample {bad.id}: {exc.message}", where=where) from exc
+        assert batch.lower is not None
+        for row, i in enumerate(chunk):
+            m = int(batch.attention_mask[row].sum())
+            ids[i] = batch.input_ids[row, :m].clone()
+            lower[i] = batch.lower[row, :m].clone()
+            links[i] = batch.links[row]
+            if batch.mentions is None:
+                mentions = None
+            elif mentions is not None:
+                mentions[i] = batch.mentions[row, :m].clone()
+    paths = [space.index(s.path, where=f"{where} (sample {s.id})") for s in samples]
+    path_t = torch.tensor(paths, dtype=torch.long)
+    return EncodedSplit(
+        samples=samples,
+        ids=ids,
+        lower=lower,
+        mentions=mentions,
+        links=links,
+        anchor=space.path_anchor[path_t] if n else path_t,
+        pair=space.path_pair[path_t] if n else path_t,
+        path=path_t,
+        reward_row=torch.tensor([rewards.row(p) for p in paths], dtype=torch.long),
+    )
+
+
+def class_weights(labels: Sequence[Any], power: float) -> torch.Tensor:
+    """Per-sample weights ``(n / (K * count(label)))^power``, ``(n,)``, mean 1.
+
+    >>> [round(w, 3) for w in class_weights(["a", "a", "a", "b"], 1.0).tolist()]  # 4/(2*3), 4/(2*1)
+    [0.667, 0.667, 0.667, 2.0]
+    >>> class_weights(["a", "a", "a", "b"], 0.0).tolist()  # power 0: no balancing
+    [1.0, 1.0, 1.0, 1.0]
+    """
+    counts = Counter(labels)
+    n, k = len(labels), len(counts)
+    w = torch.tensor([(n / (k * counts[x])) ** power for x in labels], dtype=torch.float32)
+    return w / w.mean()
+
+
+def head_losses(
+    dist: PathDistribution, split: EncodedSplit, idx: Sequence[int], weights: dict[str, torch.Tensor]
+) -> dict[str, torch.Tensor]:
+    """Weighted cross-entropy of each head at the gold labels of samples ``idx`` (scalars)."""
+    rows = list(idx)
+    ce = {
+        "anchor": -dist.anchor_log_prob.gather(1, split.anchor[rows].view(-1, 1)).squeeze(1),
+        "via": -dist.via_log_prob.gather(1, split.pair[rows].view(-1, 1)).squeeze(1),
+        "target": -dist.target_log_prob.gather(1, split.path[rows].view(-1, 1)).squeeze(1),
+    }
+    out = {}
+    for head, values in ce.items():
+        w = weights[head][rows]
+        out[head] = (w * values).sum() / w.sum()
+    return out
+
+
+def lr_lambda(total_steps: int, warmup_ratio: float) -> Any:
+    """Linear warm-up then cosine decay to 0, as a ``LambdaLR`` factor of the step."""
+    warmup = max(1, int(total_steps * warmup_ratio))
+
+    def factor(step: int) -> float:
+        if step < warmup:
+            return (step + 1) / warmup
+        progress = (step - warmup) / max(1, total_steps - warmup)
+        return 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress)))
+
+    return factor
+
+
+@torch.no_grad()
+def predict_split(policy: RouterPolicy, split: EncodedSplit, batch_size: int = 128) -> tuple[list[int], float]:
+    """Joint-decoded path indices of a cached split and its mean gold-path NLL (eval mode)."""
+    was = policy.training
+    policy.eval()
+    try:
+        cand = policy.candidates()
+        preds: list[int] = []
+        nll = 0.0
+        for start in range(0, len(split), batch_size):
+            idx = list(range(start, min(start + batch_size, len(split))))
+            dist = policy.distribution(split.batch(idx), candidates=cand)
+            preds.extend(dist.mode().tolist())
+            nll -= float(dist.log_prob_of(split.path[idx]).sum())
+    finally:
+        policy.train(was)
+    return preds, nll / max(1, len(split))
+
+
+@torch.no_grad()
+def value_inputs(
+    policy: RouterPolicy, split: EncodedSplit, rewards: torch.Tensor, batch_size: int = 128
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Value-head inputs (features ``(n, H)``, stats ``(n, 2)``) and expected rewards ``(n,)`` under the policy."""
+    policy.eval()
+    cand = policy.candidates()
+    feats, stats, targets = [], [], []
+    for start in range(0, len(split), batch_size):
+        idx = list(range(start, min(start + batch_size, len(split))))
+        dist = policy.distribution(split.batch(idx), candidates=cand)
+        feats.append(dist.features)
+        stats.append(dist.stats())
+        targets.append((dist.log_prob.exp() * rewards[split.reward_row[idx]]).sum(-1))
+    return torch.cat(feats), torch.cat(stats), torch.cat(targets)
+
+
+def calibrate_value(
+    policy: RouterPolicy,
+    train: EncodedSplit,
+    val: EncodedSplit,
+    rewards: torch.Tensor,
+    epochs: int,
+    lr: float,
+    seed: int,
+) -> dict[str, float]:
+    """Fit the value head to the final policy's expected reward on ``train``; report it on ``val``.
+
+    Returns:
+        ``value/train_mse``, ``value/val_mse`` and ``value/explained_variance`` (on validation).
+    """
+    model = policy.model
+    f_tr, s_tr, y_tr = value_inputs(policy, train, rewards)
+    f_va, s_va, y_va = value_inputs(policy, val, rewards)
+    if epochs > 0:
+        opt = torch.optim.Adam(model.critic_parameters(), lr=lr)
+        gen = torch.Generator().manual_seed(seed)
+        model.value_head.train()
+        for _ in range(epochs):
+            for idx in torch.randperm(len(y_tr), generator=gen).split(64):
+                loss = torch.nn.functional.mse_loss(model.value(f_tr[idx], s_tr[idx]), y_tr[idx])
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+        model.value_head.eval()
+    with torch.no_grad():
+        tr = float(torch.nn.functional.mse_loss(model.value(f_tr, s_tr), y_tr))
+        pred = model.value(f_va, s_va)
+        va = float(torch.nn.functional.mse_loss(pred, y_va)) if len(y_va) else float("nan")
+        var = float(y_va.var()) if len(y_va) > 1 else float("nan")
+        ev = 1.0 - float((y_va - pred).var()) / var if var and var > 0 else float("nan")
+    return {"value/train_mse": tr, "value/val_mse": va, "value/explained_variance": ev}
+
+
+# --------------------------------------------------------------------------- training
+
+
+@dataclass
+class SFTResult:
+    """What :func:`train` returns.
+
+    Attributes:
+        out: the checkpoint folder.
+        metrics: final :func:`router.evaluate.path_metrics` per evaluated split, and ``value``.
+        history: the per-epoch metric rows (as in ``metrics.jsonl``).
+        best_epoch: the epoch whose weights were kept.
+        wall_s: seconds from start to saved checkpoint.
+        policy: the trained policy (its ``model`` is what was saved), in eval mode.
+    """
+
+    out: Path
+    metrics: dict[str, Any]
+    history: list[dict[str, float]]
+    best_epoch: int
+    wall_s: float
+    policy: RouterPolicy
+
+    @property
+    def model(self) -> RouterModel:
+        return self.policy.model
+
+
+def _seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def _param_groups(model: RouterModel, cfg: SFTConfig) -> list[dict[str, Any]]:
+    critic = {id(p) for p in model.critic_parameters()}
+    enc = {id(p) for p in model.encoder.parameters()}
+    groups: dict[tuple[bool, bool], list[torch.nn.Parameter]] = {}
+    for name, p in model.named_parameters():
+        if not p.requires_grad or id(p) in critic:
+            continue
+        no_decay = p.dim() < 2 or "norm" in name.lower()
+        groups.setdefault((id(p) in enc, no_decay), []).append(p)
+    out = [
+        {"params": ps, "lr": cfg.encoder_lr if is_enc else cfg.lr, "weight_decay": 0.0 if nd else cfg.weight_decay}
+        for (is_enc, nd), ps in groups.items()
+    ]
+    out.append({"params": model.critic_parameters(), "lr": cfg.lr, "weight_decay": 0.0})
+    return out
+
+
+def build_policy(cfg: SFTConfig, ds: BuiltDataset) -> RouterPolicy:
+    """A fresh router on ``cfg.encoder`` (or ``cfg.init``) bound to the data set's schema."""
+    if cfg.init is not None:
+        model, _ = RouterModel.from_pretrained(cfg.init)
+        model.config.max_question_tokens = cfg.max_question_tokens
+    else:
+        model = RouterModel.from_encoder(
+            cfg.encoder,
+            trainable_layers=cfg.trainable_layers,
+            head_dim=cfg.head_dim,
+            max_question_tokens=cfg.max_question_tokens,
+        )
+    return RouterPolicy(model, PathSpace(ds.graph))
+
+
+def train(cfg: SFTConfig) -> SFTResult:
+    """Run SFT as ``cfg`` says and write the checkpoint; returns the result.
+
+    Raises:
+        DataError: the data set is missing or malformed, or has no training or validation samples.
+        ConfigError, CheckpointError, DownloadError: bad options, ``--init`` or encoder.
+    """
+    from tqdm.auto import tqdm
+
+    t0 = time.perf_counter()
+    if cfg.threads > 0:
+        torch.set_num_threads(cfg.threads)
+    _seed_everything(cfg.seed)
+    ds = load_dataset(cfg.data)
+    samples_file = str(Path(cfg.data) / "samples.jsonl")
+    train_samples = ds.split("train")
+    if cfg.max_train_samples > 0:
+        train_samples = train_samples[: cfg.max_train_samples]
+    val_samples = ds.split("validation")
+    if not train_samples:
+        raise DataError("no samples in split 'train'", where=samples_file)
+    if not val_samples:
+        raise DataError("no samples in split 'validation' (needed for early stopping)", where=samples_file)
+    log_dir = Path(cfg.log_dir) if cfg.log_dir is not None else Path(str(cfg.out) + ".logs")
+    log_dir.mkdir(parents=True, exist_ok=True)
+
+    policy = build_policy(cfg, ds)
+    model = policy.model
+    reward_table = RewardTable(policy.space, cfg.reward)
+    train_set = encode_split(policy, train_samples, reward_table, samples_file)
+    val_set = encode_split(policy, val_samples, reward_table, samples_file)
+    rewards = reward_table.table
+    weights = {
+        "anchor": class_weights([s.path.anchor for s in train_samples], cfg.class_balance),
+        "via": class_weights([s.path.via for s in train_samples], cfg.class_balance),
+        "target": class_weights([s.path.target for s in train_samples], cfg.class_balance),
+    }
+    weights["via"] = weights["via"] * torch.tensor(
+        [cfg.via_nonnull_weight if s.path.via else 1.0 for s in train_samples]
+    )
+    t_encoded = time.perf_counter() - t0
+
+    steps_per_epoch = math.ceil(len(train_set) / cfg.batch_size)
+    total_steps = steps_per_epoch * cfg.epochs
+    opt = torch.optim.AdamW(_param_groups(model, cfg))
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda(total_steps, cfg.warmup_ratio))
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    writer = None
+    if cfg.tensorboard:
+        from torch.utils.tensorboard import SummaryWriter
+
+        writer = SummaryWriter(str(log_dir / "tensorboard"))
+    gen = torch.Generator().manual_seed(cfg.seed)
+    history: list[dict[str, float]] = []
+    best: tuple[float, float] = (-1.0, float("inf"))
+    best_state: dict[str, torch.Tensor] = {}
+    best_epoch = 0
+    bad_epochs = 0
+    keep = {k for k, p in model.named_parameters() if p.requires_grad or k.startswith("value_head.")}
+    bar = tqdm(total=total_steps, desc="router SFT", disable=not cfg.progress, file=sys.stderr, dynamic_ncols=True)
+    try:
+        for epoch in range(1, cfg.epochs + 1):
+            policy.train()
+            sums: Counter[str] = Counter()
+            for idx_t in torch.randperm(len(train_set), generator=gen).split(cfg.batch_size):
+                idx = idx_t.tolist()
+                batch = train_set.batch(idx)
+                dist = policy.distribution(batch)
+                losses = head_losses(dist, train_set, idx, weights)
+                expected = (dist.log_prob.exp() * rewards[train_set.reward_row[idx]]).sum(-1).detach()
+                value_loss = torch.nn.functional.mse_loss(model.value(dist.features, dist.stats()), expected)
+                loss = losses["anchor"] + losses["via"] + losses["target"] + cfg.value_weight * value_loss
+                opt.zero_grad(set_to_none=True)
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(trainable, cfg.max_grad_norm)
+                opt.step()
+                sched.step()
+                n = len(idx)
+                sums["n"] += n
+                sums["loss"] += float(loss.detach()) * n
+                sums["value_loss"] += float(value_loss.detach()) * n
+                for head, v in losses.items():
+                    sums[f"{head}_ce"] += float(v.detach()) * n
+                bar.update(1)
+                bar.set_postfix(epoch=epoch, loss=f"{float(loss.detach()):.3f}")
+            preds, nll = predict_split(policy, val_set)
+            m = path_metrics([policy.space.paths[i] for i in preds], val_samples)
+            row = {
+                "epoch": epoch,
+                "train/loss": sums["loss"] / sums["n"],
+                "train/anchor_ce": sums["anchor_ce"] / sums["n"],
+                "train/via_ce": sums["via_ce"] / sums["n"],
+                "train/target_ce": sums["target_ce"] / sums["n"],
+                "train/value_loss": sums["value_loss"] / sums["n"],
+                "train/lr": sched.get_last_lr()[0],
+                "route/full_path_acc": m["full_path_acc"],
+                "route/anchor_acc": m["anchor_acc"],
+                "route/via_acc": m["via_acc"],
+                "route/target_acc": m["target_acc"],
+                "route/nll": nll,
+                "time/elapsed_s": time.perf_counter() - t0,
+            }
+            history.append(row)
+            write_jsonl(log_dir / "metrics.jsonl", history)
+            if writer is not None:
+                for k, v in row.items():
+                    if k != "epoch":
+                        writer.add_scalar(k, v, epoch)
+            bar.set_postfix(epoch=epoch, loss=f"{row['train/loss']:.3f}", val_path=f"{m['full_path_acc']:.3f}")
+            key = (m["full_path_acc"], nll)
+            if key[0] > best[0] or (key[0] == best[0] and key[1] < best[1]):
+                best, best_epoch, bad_epochs = key, epoch, 0
+                best_state = {k: v.detach().clone() for k, v in model.state_dict().items() if k in keep}
+            else:
+                bad_epochs += 1
+                if bad_epochs >= cfg.patience:
+                    break
+    finally:
+        bar.close()
+        if writer is not None:
+            writer.flush()
+    model.load_state_dict(best_state, strict=False)
+    value_report = calibrate_value(
+        policy, train_set, val_set, rewards, cfg.value_calibration_epochs, cfg.lr, cfg.seed
+    )
+    if writer is not None:
+        for k, v in value_report.items():
+            writer.add_scalar(k, v, best_epoch)
+        writer.close()
+    t_train = time.perf_counter() - t0 - t_encoded
+
+    final: dict[str, Any] = {}
+    split_sets = {"train": train_set, "validation": val_set}
+    for name in cfg.eval_splits:
+        samples = ds.split(name)
+        if not samples:
+            continue
+        enc = split_sets.get(name) or encode_split(policy, samples, reward_table, samples_file)
+        preds, _ = predict_split(policy, enc)
+        final[name] = path_metrics([policy.space.paths[i] for i in preds], samples, ds.graph, cfg.reward)
+    policy.eval()
+    meta = {
+        "schema_fingerprint": ds.schema.fingerprint(),
+        "schema_name": ds.schema.name,
+        "max_hops": ds.graph.max_hops,
+        "training": cfg.to_dict(),
+        "best_epoch": best_epoch,
+        "metrics": {k: {m: v[m] for m in ("n", "anchor_acc", "via_acc", "target_acc", "full_path_acc") if m in v}
+                    for k, v in final.items()} | {"value": value_report},  # fmt: skip
+        "timing_s": {"encode": round(t_encoded, 2), "train": round(t_train, 2)},
+        "files": {
+            "schema.json": ds.schema.to_dict() | {"max_hops": ds.graph.max_hops},
+            "eval.json": final | {"value": value_report},
+        },
+    }
+    out = model.save_pretrained(cfg.out, meta)
+    write_jsonl(out / "metrics.jsonl", history)
+    write_json(log_dir / "eval.json", final | {"value": value_report})
+    wall = time.perf_counter() - t0
+    return SFTResult(out, final | {"value": value_report}, history, best_epoch, wall, policy)
+
+
+def main(args: Sequence[str] | None = None) -> SFTResult:
+    """Command-line entry point: parse :class:`SFTConfig`, train, print the evaluation tables."""
+    cfg = parse(SFTConfig, args, description=__doc__.split("\n\n")[0] if __doc__ else None)
+    result = train(cfg)
+    for name, m in result.metrics.items():
+        if name != "value":
+            print(format_table(m, title=f"== {name} =="))
+    print(json.dumps(result.metrics["value"]))
+    print(f"saved {result.out} (best epoch {result.best_epoch}, {result.wall_s:.1f} s)")
+    return result
+
+
+if __name__ == "__main__":
+    run_main(main)
