@@ -85,10 +85,13 @@ def policy_batch(observations: Mapping[str, np.ndarray | torch.Tensor], sample_i
     idx = [int(i) for i in sample_index]
     hidden = split.lower[idx[0]].shape[-1]
     lower = torch.zeros(len(idx), width, hidden)
+    mentions = None if split.mentions is None else torch.zeros(len(idx), width, links.shape[1])
     for row, i in enumerate(idx):
         n = len(split.lower[i])
         lower[row, :n] = split.lower[i]
-    return RouterBatch(ids, mask, links, lower)
+        if mentions is not None:
+            mentions[row, :n] = split.mentions[i]
+    return RouterBatch(ids, mask, links, mentions=mentions, lower=lower)
 
 
 def env_rng_states(envs: gym.vector.SyncVectorEnv) -> list[dict]:
