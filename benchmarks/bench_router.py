@@ -11,7 +11,8 @@ evaluation). Routing loads the checkpoint with :meth:`router.route.Router.from_p
 times ``route(question)`` one question at a time (p50 / p95 over the test questions, after a
 warm-up) and ``route_batch`` on batches of 64 (questions per second, median over rounds).
 The load average at start is printed with the results: other processes on a 2-core machine
-slow every number down.
+slow every wall time down; the SFT's process CPU time (user + system, all threads) does not
+depend on them and, with ``--threads 1``, is what the wall time would be on an idle core.
 """
 
 from __future__ import annotations
@@ -90,6 +91,7 @@ def main() -> dict:
             "wall_s": round(wall, 1),
             "encode_s": meta["timing_s"]["encode"],
             "train_s": meta["timing_s"]["train"],
+            "cpu_s": meta["timing_s"]["cpu"],
             "epochs_run": len(res.history),
             "best_epoch": res.best_epoch,
             "s_per_epoch": round(statistics.median(
@@ -131,7 +133,8 @@ def main() -> dict:
     if "sft" in results:
         s = results["sft"]
         print(f"| SFT wall time, Northwind ({s['train_samples']} train samples) | {s['wall_s']} s "
-              f"(encode {s['encode_s']} s, train {s['train_s']} s, {s['epochs_run']} epochs, {s['s_per_epoch']} s/epoch) |")  # fmt: skip
+              f"(encode {s['encode_s']} s, train {s['train_s']} s, {s['epochs_run']} epochs, {s['s_per_epoch']} s/epoch) |")
+        print(f"| SFT process CPU time (all threads) | {s['cpu_s']} s |")  # fmt: skip
         print(f"| full-path accuracy after SFT | {s['full_path_acc']} |")
     print(f"| router load | {results['load_s']} s |")
     print(f"| route one question, p50 / p95 | {results['route_one_ms']['p50']} / {results['route_one_ms']['p95']} ms |")

@@ -61,6 +61,22 @@ class RouterBatch:
     def __len__(self) -> int:
         return int(self.input_ids.shape[0])
 
+    def select(self, idx: torch.Tensor | Sequence[int]) -> RouterBatch:
+        """The rows ``idx`` (a minibatch), every field indexed alike.
+
+        >>> b = RouterBatch(torch.arange(6).view(3, 2), torch.ones(3, 2), torch.zeros(3, 4, 5))
+        >>> b.select([2, 0]).input_ids.tolist()
+        [[4, 5], [0, 1]]
+        """
+        i = torch.as_tensor(idx, dtype=torch.long, device=self.input_ids.device)
+        return RouterBatch(
+            self.input_ids[i],
+            self.attention_mask[i],
+            self.links[i],
+            None if self.mentions is None else self.mentions[i],
+            None if self.lower is None else self.lower[i],
+        )
+
 
 def grouped_logsumexp(values: torch.Tensor, group: torch.Tensor, n_groups: int) -> torch.Tensor:
     """Log-sum-exp of ``values`` ``(batch, M)`` within groups ``group`` ``(M,)``, ``(batch, n_groups)``.
@@ -129,8 +145,11 @@ class RouterPolicy(nn.Module):
         space: the schema's legal paths. :meth:`set_space` re-targets the policy to another schema.
 
     ``forward`` / ``evaluate_actions`` / ``predict_values`` take a :class:`RouterBatch` or a
-    mapping with ``input_ids`` and ``attention_mask`` (and optionally ``links``) such as a gym
-    observation; see :meth:`as_batch`.
+    mapping with ``input_ids`` and ``attention_mask`` (and optionally ``links`` and
+    ``mentions``) such as a gym observation; see :meth:`as_batch`.
+
+    From an SFT checkpoint: ``Router.from_pretrained(ckpt).policy`` (:mod:`router.route`), which
+    also saves the trained policy back with its schema (``Router.save_pretrained``).
     """
 
     def __init__(self, model: RouterModel, space: PathSpace):

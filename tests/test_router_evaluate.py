@@ -1,0 +1,93 @@
+"""Routing metrics on hand-made predictions: every number below is counted by hand."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from data_pipeline.graph import JoinPath, SchemaGraph
+from data_pipeline.samples import Sample
+from data_pipeline.schema import introspect
+from router.evaluate import evaluate_router, format_table, path_metrics
+
+P = JoinPath
+GOLD_3HOP = P("customers", ("orders", "order items"), "products")
+GOLD_1HOP = P("products", (), "categories")
+GOLD_0HOP = P("suppliers", (), "suppliers")
+
+
+def sample(i: int, path: JoinPath, language: str = "en", split: str = "test", kind: str = "real") -> Sample:
+    return Sample(f"s{i}", "shop", f"question {i}", language, path, "SELECT 1", entity_kind=kind, split=split)
+
+
+SAMPLES = [
+    sample(0, GOLD_3HOP, "en"),
+    sample(1, GOLD_3HOP, "zh", kind="fuzzy"),
+    sample(2, GOLD_1HOP, "en", split="test_heldout"),
+    sample(3, GOLD_0HOP, "zh", split="test_heldout", kind="fuzzy"),
+]
+PREDICTED = [
+    GOLD_3HOP,  # all right
+    P("customers", (), "orders"),  # anchor right; "always null" via wrong; target wrong
+    P("categories", (), "products"),  # reversed: anchor and target wrong, null via right
+    GOLD_0HOP,  # all right
+]
+
+
+@pytest.fixture
+def graph(tiny_db: Path) -> SchemaGraph:
+    return SchemaGraph(introspect(tiny_db))
+
+
+def test_overall_per_head_and_full_path(graph: SchemaGraph) -> None:
+    m = path_metrics(PREDICTED, SAMPLES, graph)
+    assert m["n"] == 4
+    assert m["anchor_acc"] == 3 / 4  # samples 0, 1, 3
+    assert m["via_acc"] == 3 / 4  # 0, 2 (null = null), 3
+    assert m["target_acc"] == 2 / 4  # 0, 3
+    assert m["full_path_acc"] == 2 / 4
+    assert m["nonnull_via_acc"] == 1 / 2  # gold via non-null for samples 0 and 1 only
+    assert m["legal_rate"] == 1.0
+    # rewards (defaults): 2.0 (0.5+1.0+0.5), 0.5 (anchor), 0.1 (null via, but anchor wrong -> 0) -> 0.0, 1.1
+    assert m["mean_reward"] == pytest.approx((2.0 + 0.5 + 0.0 + 1.1) / 4)
+
+
+def test_breakdowns_by_hops_language_split_and_entity_kind(graph: SchemaGraph) -> None:
+    m = path_metrics(PREDICTED, SAMPLES, graph)
+    assert m["by_hops"]["3"] == pytest.approx(
+        {"n": 2, "anchor_acc": 1.0, "via_acc": 0.5, "target_acc": 0.5, "full_path_acc": 0.5, "nonnull_via_acc": 0.5}
+    )
+    assert m["by_hops"]["1"]["full_path_acc"] == 0.0 and "nonnull_via_acc" not in m["by_hops"]["1"]
+    assert m["by_language"]["en"]["full_path_acc"] == 0.5 and m["by_language"]["zh"]["full_path_acc"] == 0.5
+    assert m["by_split"]["test_heldout"]["anchor_acc"] == 0.5
+    assert m["by_entity_kind"]["fuzzy"]["n"] == 2 and m["by_entity_kind"]["real"]["target_acc"] == 0.5
+
+
+def test_an_illegal_prediction_lowers_the_legal_rate_and_the_reward(graph: SchemaGraph) -> None:
+    illegal = P("customers", (), "products")  # no direct foreign key
+    m = path_metrics([illegal], [sample(0, GOLD_3HOP)], graph)
+    assert m["legal_rate"] == 0.0
+    assert m["mean_reward"] == pytest.approx(0.5 + 0.5 - 1.0)  # anchor + target - illegal penalty
+
+
+def test_lengths_must_match_and_empty_input_is_counted_as_zero() -> None:
+    with pytest.raises(ValueError, match="1 predictions for 2 samples"):
+        path_metrics([GOLD_0HOP], SAMPLES[:2])
+    assert path_metrics([], [])["n"] == 0
+
+
+def test_evaluate_router_calls_predict_paths_once(graph: SchemaGraph) -> None:
+    class Fixed:
+        calls = 0
+
+        def predict_paths(self, questions: list[str]) -> list[JoinPath]:
+            Fixed.calls += 1
+            assert questions == [s.question for s in SAMPLES]
+            return PREDICTED
+
+    m = evaluate_router(Fixed(), SAMPLES, graph)
+    assert Fixed.calls == 1 and m["full_path_acc"] == 0.5
+    table = format_table(m, "test")
+    assert table.splitlines()[0] == "test"
+    assert "hops=3" in table and "lang=zh" in table and "split=test_heldout" in table
