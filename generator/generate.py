@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import inspect
 import json
 import random
 import time
@@ -244,10 +245,17 @@ def model_device(model: torch.nn.Module) -> torch.device:
     return next(model.parameters()).device
 
 
+def cache_kwarg(model: torch.nn.Module) -> str:
+    """The keyword a model's forward takes its KV cache by: ``cache`` in recent transformers 5.x,
+    ``past_key_values`` before (deprecated since)."""
+    base = model.get_base_model() if isinstance(model, PeftModel) else model
+    return "cache" if "cache" in inspect.signature(type(base).forward).parameters else "past_key_values"
+
+
 def _prefill(model: torch.nn.Module, prompt: torch.Tensor, n: int) -> DynamicCache:
     """The KV cache of ``prompt`` (shape ``(1, P)``), run once and repeated ``n`` times."""
     cache = DynamicCache(config=model.config)
-    model(input_ids=prompt, past_key_values=cache, use_cache=True, logits_to_keep=1)
+    model(input_ids=prompt, use_cache=True, logits_to_keep=1, **{cache_kwarg(model): cache})
     if n > 1:
         cache.batch_repeat_interleave(n)
     return cache
@@ -313,7 +321,7 @@ def sample_group(
         out = model.generate(
             input_ids=prompt.expand(n, -1),
             attention_mask=torch.ones(n, prompt.shape[1], dtype=torch.long, device=device),
-            past_key_values=cache,
+            **{cache_kwarg(model): cache},
             do_sample=True,
             temperature=temperature,
             top_p=top_p,
@@ -362,11 +370,12 @@ def completion_logprobs(
     """
     n, t = completion_ids.shape
     cache = DynamicCache(config=model.config)
-    first = model(input_ids=prompt_ids[None, :], past_key_values=cache, use_cache=True, logits_to_keep=1).logits
+    kw = cache_kwarg(model)
+    first = model(input_ids=prompt_ids[None, :], use_cache=True, logits_to_keep=1, **{kw: cache}).logits
     first = first[:, -1:, :].expand(n, 1, -1)
     if t > 1:
         cache.batch_repeat_interleave(n)
-        rest = model(input_ids=completion_ids[:, :-1], past_key_values=cache, use_cache=True).logits
+        rest = model(input_ids=completion_ids[:, :-1], use_cache=True, **{kw: cache}).logits
         logits = torch.cat([first, rest], dim=1)
     else:
         logits = first
