@@ -64,6 +64,8 @@ class Args:
     """Untimed steps first (allocator and kernel warm-up)."""
     threads: int | None = None
     """torch threads in each child process; default: torch's choice."""
+    parallel: bool = False
+    """Run the trainers of a mode side by side (fair on a machine whose load changes; each then has less CPU)."""
     json_out: Path | None = None
     """Also write every result as JSON here."""
     child: str | None = None
@@ -239,7 +241,7 @@ def run_trl(payload: dict[str, Any], mode: str, steps: int, warmup: int) -> dict
 PARTS = ("generation", "reference", "reward", "policy_forward", "backward_optimizer", "step")
 
 
-def _machine() -> str:
+def _machine(threads: int | None) -> str:
     cpu = platform.processor() or platform.machine()
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -250,22 +252,26 @@ def _machine() -> str:
         pass
     import torch
 
-    return f"{cpu}, {os.cpu_count()} logical cores, torch {torch.__version__} ({torch.get_num_threads()} threads), Python {platform.python_version()}"
+    n = threads or torch.get_num_threads()
+    return f"{cpu}, {os.cpu_count()} logical cores, torch {torch.__version__} ({n} threads per process), Python {platform.python_version()}"
 
 
-def _child(args: Args, trainer: str, mode: str, payload_file: Path) -> dict[str, Any]:
+def _start(args: Args, trainer: str, mode: str, payload_file: Path) -> tuple[subprocess.Popen[str], float, float]:
     cmd = [sys.executable, __file__, "--child", trainer, "--mode", mode, "--payload", str(payload_file),
            "--steps", str(args.steps), "--warmup", str(args.warmup)]  # fmt: skip
     if args.threads:
         cmd += ["--threads", str(args.threads)]
-    load_before = os.getloadavg()[0]
-    t0 = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return proc, os.getloadavg()[0], time.perf_counter()
+
+
+def _finish(run: tuple[subprocess.Popen[str], float, float], trainer: str, mode: str) -> dict[str, Any]:
+    proc, load_before, t0 = run
+    stdout, stderr = proc.communicate()
     if proc.returncode != 0:
-        raise SystemExit(f"{trainer}/{mode} failed:\n{proc.stderr[-3000:]}")
-    result = json.loads(proc.stdout.strip().splitlines()[-1])
-    result |= {"trainer": trainer, "mode": mode, "wall_s": time.perf_counter() - t0, "load_before": load_before}
-    return result
+        raise SystemExit(f"{trainer}/{mode} failed:\n{stderr[-3000:]}")
+    result = json.loads(stdout.strip().splitlines()[-1])
+    return result | {"trainer": trainer, "mode": mode, "wall_s": time.perf_counter() - t0, "load_before": load_before}
 
 
 def _mean(rows: list[dict[str, float]], key: str) -> float:
@@ -294,15 +300,21 @@ def main() -> None:
     payload = bench_prompt(data)
     payload_file = Path(tempfile.mkdtemp(prefix="bench-grpo-")) / "payload.json"
     payload_file.write_text(json.dumps(payload))
-    machine = _machine()
-    print(f"machine: {machine}")
+    machine = _machine(args.threads)
+    print(f"machine: {machine}; load average {os.getloadavg()[0]:.1f}; trainers run "
+          f"{'side by side' if args.parallel else 'one after the other'}")
     print(f"setting: SmolLM2-135M-Instruct fp32, 1 prompt x {GENERATIONS} generations x {NEW_TOKENS} new tokens, "
           f"beta {BETA}, loss dapo, temperature {TEMPERATURE}; {args.warmup} warm-up + {args.steps} timed steps each")  # fmt: skip
     results = []
     for mode in args.modes:
-        for trainer in args.trainers:
-            r = _child(args, trainer, mode, payload_file)
+        if args.parallel:
+            runs = [(t, _start(args, t, mode, payload_file)) for t in args.trainers]
+            done = [_finish(run, t, mode) for t, run in runs]
+        else:
+            done = [_finish(_start(args, t, mode, payload_file), t, mode) for t in args.trainers]
+        for r in done:
             results.append(r)
+            trainer = r["trainer"]
             print(f"  {trainer}/{mode}: {_mean(r['rows'], 'step'):.2f} s/step, peak RSS {r['peak_rss_gb']:.2f} GB, "
                   f"prompt {r['prompt_tokens']} tokens, load average before {r['load_before']:.1f}", flush=True)  # fmt: skip
 

@@ -107,10 +107,15 @@ def run_smoke_test(
 
     Raises:
         Route2SQLError: naming ``db_path`` when the database is missing or not SQLite, or when
-            the gold SQL itself fails on it (the wrong database).
+            the gold SQL itself fails on it (the wrong database); checked before generating.
     """
     t0 = time.perf_counter()
     scorer = scorer or reward.make_scorer()
+    for gold in gold_sql:  # the database first: a wrong path fails here, before any generation
+        try:
+            scorer.gold_result(db_path, gold)
+        except (SchemaError, DataError) as exc:
+            raise Route2SQLError(f"smoke test stopped the run before training: {exc.message}", where=str(db_path)) from exc
     n_exec = n_fmt = n_syn = n_proxy = n = 0
     reasons: dict[str, int] = {}
     first = ""
