@@ -128,7 +128,8 @@ def format_table(metrics: dict[str, Any], title: str = "") -> str:
         return f"{name:<16}{m.get('n', 0):>5}{vals}"
 
     lines.append(row("all", metrics))
-    for key, label in (("by_hops", "hops"), ("by_language", "lang"), ("by_split", "split"), ("by_entity_kind", "entity")):
+    breakdowns = (("by_hops", "hops"), ("by_language", "lang"), ("by_split", "split"), ("by_entity_kind", "entity"))
+    for key, label in breakdowns:
         for name, m in metrics.get(key, {}).items():
             lines.append(row(f"{label}={name}", m))
     return "\n".join(lines)

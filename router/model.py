@@ -451,7 +451,9 @@ class RouterModel(nn.Module):
 
     # ------------------------------------------------------------------ heads
 
-    def encode_candidates(self, space: PathSpace, table_states: torch.Tensor, table_mask: torch.Tensor) -> CandidateEncoding:
+    def encode_candidates(
+        self, space: PathSpace, table_states: torch.Tensor, table_mask: torch.Tensor
+    ) -> CandidateEncoding:
         """Candidate vectors of ``space`` from its tables' final token states ``(T, seq, hidden)``."""
         dev = table_states.device
         e = self.key_norm(pool(table_states, table_mask, self.config.pooling))  # (T, H)
@@ -468,7 +470,8 @@ class RouterModel(nn.Module):
         scale = 1.0 / math.sqrt(self.config.head_dim)
         pair_anchor, pair_via = space.pair_anchor.to(dev), space.pair_via.to(dev)
         via_prior = (self.via_cond(k_anchor[pair_anchor]) * via[pair_via]).sum(-1) * scale
-        path_anchor, path_via, path_target = space.path_anchor.to(dev), space.path_via.to(dev), space.path_target.to(dev)
+        path_anchor, path_via = space.path_anchor.to(dev), space.path_via.to(dev)
+        path_target = space.path_target.to(dev)
         cond = self.target_cond_anchor(k_anchor[path_anchor]) + self.target_cond_via(via[path_via])
         hops = (via_tables[path_via] >= 0).sum(1) + (path_anchor != path_target).long()
         target_prior = (cond * k_target[path_target]).sum(-1) * scale + self.hop_bias[hops.clamp(max=MAX_HOP_BIAS)]
@@ -530,7 +533,8 @@ class RouterModel(nn.Module):
         att = (question_states @ self.via_pool).masked_fill(question_mask == 0, float("-inf")).softmax(-1)
         pooled = torch.einsum("bs,bsh->bh", att, question_states)
         q_via = self.via_query(torch.cat([pooled, mean], -1))
-        via_all = q_via @ candidates.via.T * scale + (member_sim + self.link["via"](via_feat).squeeze(-1)) * (1 - is_null)
+        member = member_sim + self.link["via"](via_feat).squeeze(-1)
+        via_all = q_via @ candidates.via.T * scale + member * (1 - is_null)
         via_all = via_all + self.null_via_bias * is_null
         via = via_all[:, space.pair_via.to(dev)] + candidates.via_prior
         return HeadScores(anchor=anchor, via=via, target=target, features=mean)
@@ -593,7 +597,9 @@ class RouterModel(nn.Module):
         if meta.get("format") != CHECKPOINT_FORMAT:
             raise CheckpointError(f"format is {meta.get('format')!r}, expected {CHECKPOINT_FORMAT!r}", where=cfg_file)
         if meta.get("version") != CHECKPOINT_VERSION:
-            raise CheckpointError(f"version {meta.get('version')} is not supported (want {CHECKPOINT_VERSION})", where=cfg_file)
+            raise CheckpointError(
+                f"version {meta.get('version')} is not supported (want {CHECKPOINT_VERSION})", where=cfg_file
+            )
         try:
             config = RouterModelConfig.from_dict(meta["model"])
         except (KeyError, TypeError) as exc:
@@ -604,7 +610,8 @@ class RouterModel(nn.Module):
         try:
             enc_config = AutoConfig.from_pretrained(d / ENCODER_DIR)
             kwargs = {"add_pooling_layer": False} if "add_pooling_layer" in _init_params(enc_config) else {}
-            encoder = AutoModel.from_config(enc_config, **kwargs)
+            with _skip_init():  # every weight comes from the checkpoint: random init is wasted time
+                encoder = AutoModel.from_config(enc_config, **kwargs)
             if getattr(encoder, "pooler", None) is not None:
                 encoder.pooler = None
             tokenizer = AutoTokenizer.from_pretrained(d / ENCODER_DIR)
@@ -618,6 +625,17 @@ class RouterModel(nn.Module):
             raise CheckpointError(f"weights do not fit the model ({exc})", where=weights) from exc
         model.train(False)
         return model, meta
+
+
+def _skip_init() -> Any:
+    """A context in which Hugging Face models skip weight initialisation (a no-op where unsupported)."""
+    import contextlib
+
+    try:
+        from transformers.initialization import no_init_weights
+    except ImportError:
+        return contextlib.nullcontext()
+    return no_init_weights()
 
 
 def _init_params(enc_config: Any) -> set[str]:

@@ -251,7 +251,9 @@ class Router:
                         via_prob=float(dist.via_log_prob[row, pair].exp()),
                         target_prob=float(dist.target_log_prob[row, best].exp()),
                         skeleton=self.graph.skeleton(path),
-                        top_k=tuple((space.paths[int(i)], float(p)) for p, i in zip(top_p[row], top_i[row], strict=True)),
+                        top_k=tuple(
+                            (space.paths[int(i)], float(p)) for p, i in zip(top_p[row], top_i[row], strict=True)
+                        ),
                     )
                 )
                 qi += 1

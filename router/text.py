@@ -126,8 +126,11 @@ def _is_key_name(name: str) -> bool:
     return h == "id" or h.endswith(" id") or h.endswith(" code") and len(h.split()) <= 2
 
 
+_TableKeys = tuple[frozenset[str], str, str, tuple[frozenset[str], ...], tuple[str, ...], tuple[str, ...]]
+
+
 @lru_cache(maxsize=4096)
-def _table_keys(table: Table) -> tuple[frozenset[str], str, str, tuple[frozenset[str], ...], tuple[str, ...], tuple[str, ...]]:
+def _table_keys(table: Table) -> _TableKeys:
     name_words = words(table.name)
     code = name_code(table.name)
     # key columns (CustomerID in Orders) name other tables: they would link the wrong table
@@ -135,7 +138,7 @@ def _table_keys(table: Table) -> tuple[frozenset[str], str, str, tuple[frozenset
     col_words = tuple(w for w in (words(c.name) for c in plain) if w)
     col_zh = tuple(c.zh for c in plain if len(c.zh) >= 2)
     values = tuple(
-        sorted({str(v).lower() for c in table.columns if c.is_text for v in c.samples if isinstance(v, str) and len(v) >= 4})
+        sorted({v.lower() for c in table.columns if c.is_text for v in c.samples if isinstance(v, str) and len(v) >= 4})
     )
     return name_words, code, table.zh, col_words, col_zh, values
 
