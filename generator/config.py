@@ -186,6 +186,8 @@ class GRPOConfig:
     """Completions per smoke-test sample."""
     skip_smoke_test: bool = False
     """Start without the smoke test (not recommended: a dead execution reward trains on proxies only)."""
+    smoke_only: bool = False
+    """Run the smoke test, write OUT/smoke_test.json and stop (check a setup before a long run)."""
 
     # ---- logging and checkpoints
     save_steps: int = 25
@@ -244,6 +246,8 @@ class GRPOConfig:
         _positive(self.max_grad_norm, "--max-grad-norm")
         _positive(self.max_steps, "--max-steps")
         _positive(self.prompts_per_step, "--prompts-per-step")
+        if self.smoke_only and self.skip_smoke_test:
+            raise ConfigError("--smoke-only True conflicts with --skip-smoke-test True", where="--smoke-only")
         if not self.skip_smoke_test:
             _positive(self.smoke_samples, "--smoke-samples")
             _positive(self.smoke_generations, "--smoke-generations")

@@ -632,6 +632,8 @@ def train(cfg: GRPOConfig) -> GRPOResult:
             broadcast_object_list(box, from_process=0)
             if not box[0].get("ok"):
                 raise Route2SQLError(box[0].get("error") or "smoke test failed on the main process")
+        if cfg.smoke_only:
+            return GRPOResult([], model, out)
 
     # ---- optimiser, schedule, DDP
     params = [p for p in model.parameters() if p.requires_grad]

@@ -239,6 +239,7 @@ def test_config_defaults_follow_each_loss_type():
         ({"full_score": 1.0}, "--full-score", ["1.0", "False"]),
         ({"top_p": 0.0}, "--top-p", ["0.0"]),
         ({"beta": -0.1}, "--beta", ["-0.1"]),
+        ({"smoke_only": True, "skip_smoke_test": True}, "--smoke-only", ["--skip-smoke-test"]),
     ],
 )
 def test_config_checks_name_the_flag_and_both_values(kwargs, flag, mentions):
