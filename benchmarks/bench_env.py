@@ -112,6 +112,13 @@ def main() -> None:
     rng = np.random.default_rng(0)
     rows: list[tuple[str, str, str]] = []
     results: dict[str, float] = {}
+    machine = platform.processor() or platform.machine()
+    print(f"Machine: {machine} / {os.cpu_count()} CPUs, torch {torch.__version__}, data {ds.schema.name} "
+          f"({len(samples)} train questions); load average before {load_before:.1f}", flush=True)  # fmt: skip
+
+    def add(what: str, result: str, notes: str) -> None:
+        rows.append((what, result, notes))
+        print(f"  {what}: {result} ({notes})", flush=True)
 
     paths, golds = ds.graph.legal_paths, [s.path for s in samples]
 
@@ -121,13 +128,13 @@ def main() -> None:
         return 20_000
 
     results["reward_calls_per_s"] = best_rate(reward_only, args.repeats)
-    rows.append(("reward path alone", f"{results['reward_calls_per_s']:,.0f} calls/s", "path_reward_components, graph legality on"))
+    add("reward path alone", f"{results['reward_calls_per_s']:,.0f} calls/s", "path_reward_components, graph legality on")
 
     torch.set_num_threads(1)
     hashed = SchemaRoutingEnv(ds.graph, samples, featurizer=HashedNgramFeaturizer())
     results["env_steps_per_s_precomputed"] = best_rate(env_loop(hashed, args.env_steps, rng), args.repeats)
-    rows.append(("env step, precomputed features", f"{results['env_steps_per_s_precomputed']:,.0f} steps/s",
-                 f"reset + step, {len(samples)} questions, {hashed.n_paths} actions"))  # fmt: skip
+    add("env step, precomputed features", f"{results['env_steps_per_s_precomputed']:,.0f} steps/s",
+                 f"reset + step, {len(samples)} questions, {hashed.n_paths} actions")  # fmt: skip
 
     if args.encoder:
         torch.set_num_threads(os.cpu_count() or 1)
@@ -137,35 +144,38 @@ def main() -> None:
         results["encoder_table_build_s"] = time.perf_counter() - t
         enc_env = EncodeEveryStep(ds.graph, samples, encoder=feat, featurizer=HashedNgramFeaturizer(dim=8))
         results["env_steps_per_s_encoder"] = best_rate(env_loop(enc_env, args.encoder_steps, rng), args.repeats)
-        rows.append(("env step, encoder per step", f"{results['env_steps_per_s_encoder']:,.1f} steps/s",
-                     "multilingual-e5-small encodes the question in every step"))  # fmt: skip
-        rows.append(("feature table (once)", f"{results['encoder_table_build_s']:.1f} s",
-                     f"e5 embeddings of all {len(samples)} train questions, batch 64"))  # fmt: skip
+        add("env step, encoder per step", f"{results['env_steps_per_s_encoder']:,.1f} steps/s",
+                     "multilingual-e5-small encodes the question in every step")  # fmt: skip
+        add("feature table (once)", f"{results['encoder_table_build_s']:.1f} s",
+                     f"e5 embeddings of all {len(samples)} train questions, batch 64")  # fmt: skip
 
     if args.init is not None:
         from router.train_ppo import PPOConfig, train
 
+        cfg = PPOConfig(data=args.data, init=args.init, out=Path("unused"), total_updates=args.ppo_updates,
+                        tensorboard=False, progress=False, eval_splits=("validation",))  # fmt: skip
         with tempfile.TemporaryDirectory() as tmp:
-            res = train(PPOConfig(data=args.data, init=args.init, out=Path(tmp) / "ppo", total_updates=args.ppo_updates,
-                                  tensorboard=False, progress=False, eval_splits=("validation",)))  # fmt: skip
+            cfg.out, cfg.log_dir, cfg.checkpoint_dir = Path(tmp) / "ppo", Path(tmp) / "logs", Path(tmp) / "ckpt"
+            res = train(cfg)
         times = [r["time/update_s"] for r in res.history if "time/update_s" in r]
         results["router_ppo_update_s"] = statistics.median(times)
         results["router_ppo_update_s_min"] = min(times)
-        rows.append(("router PPO update", f"{results['router_ppo_update_s']:.2f} s (min {min(times):.2f})",
-                     "fast preset: 128 answers, 4 epochs x 2 minibatches of 64 (2 x 32 accumulated), val eval"))  # fmt: skip
+        add("router PPO update", f"{results['router_ppo_update_s']:.2f} s (min {min(times):.2f})",
+            f"{cfg.preset} preset: {cfg.n_envs * cfg.n_steps} answers, {cfg.n_epochs} epochs of minibatches of "
+            f"{cfg.minibatch_size} ({cfg.micro_batch_size} per backward), validation eval included")  # fmt: skip
 
     torch.set_num_threads(1)
     route_env = gym.make("route2sql/SchemaRoutingHashed-v0", graph=ds.graph, samples=samples, featurizer="hashed")
     results["sb3_routing_steps_per_s"] = sb3_rate(route_env, "MultiInputPolicy", args.sb3_steps)
     results["sb3_cartpole_steps_per_s"] = sb3_rate(gym.make("CartPole-v1"), "MlpPolicy", args.sb3_steps)
     results["sb3_ratio_routing_over_cartpole"] = results["sb3_routing_steps_per_s"] / results["sb3_cartpole_steps_per_s"]
-    rows.append(("SB3 PPO on routing env", f"{results['sb3_routing_steps_per_s']:,.0f} steps/s", "MultiInputPolicy, 512-dim hashed features"))
-    rows.append(("SB3 PPO on CartPole-v1", f"{results['sb3_cartpole_steps_per_s']:,.0f} steps/s", "MlpPolicy, same PPO settings"))
-    rows.append(("ratio routing / CartPole", f"{results['sb3_ratio_routing_over_cartpole']:.2f}", "steps/s, updates included"))
+    add("SB3 PPO on routing env", f"{results['sb3_routing_steps_per_s']:,.0f} steps/s", "MultiInputPolicy, 512-dim hashed features")
+    add("SB3 PPO on CartPole-v1", f"{results['sb3_cartpole_steps_per_s']:,.0f} steps/s", "MlpPolicy, same PPO settings")
+    add("ratio routing / CartPole", f"{results['sb3_ratio_routing_over_cartpole']:.2f}", "steps/s, updates included")
 
-    machine = platform.processor() or platform.machine()
     print(f"\nMachine: {machine} / {os.cpu_count()} CPUs, torch {torch.__version__}, data {ds.schema.name} "
-          f"({len(samples)} train questions); load average before {load_before:.1f}, after {os.getloadavg()[0]:.1f}\n")  # fmt: skip
+          f"({len(samples)} train questions); load average before {load_before:.1f}, after {os.getloadavg()[0]:.1f} "
+          "(other processes on the machine slow every number down)\n")  # fmt: skip
     print("| what | result | notes |\n|---|---|---|")
     for r in rows:
         print(f"| {r[0]} | {r[1]} | {r[2]} |")

@@ -8,11 +8,11 @@ what :meth:`router.policy.RouterPolicy.as_batch` reads, precomputed once per spl
 - ``attention_mask``: ``Box(0, 1, (L,), int64)``;
 - ``links``: ``Box(0, 1, (T, F), float32)``, lexical links to the schema's ``T`` tables.
 
-The frozen lower encoder layers of every question were already run once
-(:func:`router.train_sft.encode_split`); :func:`policy_batch` attaches those cached states to the
-observed rows by ``sample_index`` (the env's ``info``), so a rollout step only runs the trainable
-top layers. That is an optimisation, not a different input: the states are a pure function of
-``input_ids``.
+The frozen lower encoder layers of every question were already run once, and its token-names-table
+indicators (``mentions``) computed once (:func:`router.train_sft.encode_split`); :func:`policy_batch`
+attaches both to the observed rows by ``sample_index`` (the env's ``info``), so a rollout step only
+runs the trainable top layers. That is an optimisation, not a different input: both are pure
+functions of the question.
 """
 
 from __future__ import annotations

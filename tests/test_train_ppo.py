@@ -192,7 +192,7 @@ def test_config_checks_and_presets(tiny_router, tmp_path):
     assert (golden.actor_lr, golden.critic_lr, golden.clip_range, golden.target_kl) == (1e-6, 5e-6, 0.1, 0.1)
     assert tiny_config(paths, tmp_path / "x", preset="golden", actor_lr=2e-6).actor_lr == 2e-6  # a flag wins
     fast = tiny_config(paths, tmp_path / "x")
-    assert (fast.actor_lr, fast.critic_lr) == (3e-5, 1e-4) and fast.critic_lr > fast.actor_lr
+    assert (fast.actor_lr, fast.critic_lr) == (5e-6, 1e-4) and fast.critic_lr > fast.actor_lr
 
 
 def test_init_for_another_schema_is_refused(tiny_router, tmp_path):
