@@ -34,7 +34,7 @@ count, so ``<reasoning></reasoning><answer></answer>`` cannot farm the format re
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -86,6 +86,38 @@ def completion_text(completion: str | Sequence[Mapping[str, Any]]) -> str:
         return ""
     content = completion[-1].get("content", "")
     return content if isinstance(content, str) else ""
+
+
+def score_against_gold(completions: Sequence[Any], gold_sql: Sequence[str | None],
+                       score: Callable[[str, str], float]) -> list[float | None]:  # fmt: skip
+    """``score(answer_sql, gold)`` for each completion: the shared loop of the gold-referenced rewards.
+
+    Args:
+        completions: generated texts, or TRL-style message lists (the last message is read).
+        gold_sql: one gold query per completion; None where there is none.
+        score: similarity of the parsed answer SQL to the gold SQL, in ``[0, 1]``.
+
+    Returns:
+        One value per completion, shape ``(batch,)``: ``score(...)``, 0.0 when the completion has
+        no SQL, or None where the gold SQL is None.
+
+    Raises:
+        ValueError: ``completions`` and ``gold_sql`` differ in length.
+
+    >>> score_against_gold(["<answer>SELECT 1</answer>", "no sql", "x"], ["SELECT 1", "SELECT 1", None],
+    ...                    lambda sql, gold: float(sql == gold))
+    [1.0, 0.0, None]
+    """
+    if len(completions) != len(gold_sql):
+        raise ValueError(f"{len(completions)} completions but {len(gold_sql)} gold queries")
+    out: list[float | None] = []
+    for c, gold in zip(completions, gold_sql, strict=True):
+        if gold is None:
+            out.append(None)
+            continue
+        sql = parse_answer(completion_text(c)).sql
+        out.append(0.0 if sql is None else score(sql, gold))
+    return out
 
 
 def clean_sql(text: str) -> str | None:

@@ -22,7 +22,7 @@ import sqlglot
 from sqlglot.errors import TokenError
 from sqlglot.tokens import TokenType
 
-from generator.parsing import completion_text, parse_answer
+from generator.parsing import score_against_gold
 
 _WORDS = re.compile(r"'[^']*'?|\w+|[^\w\s]", re.UNICODE)
 
@@ -110,13 +110,4 @@ def ngram_reward(completions: Sequence[Any], gold_sql: Sequence[str | None], *, 
     """
     if n < 1:
         raise ValueError(f"n must be >= 1, got {n}")
-    if len(completions) != len(gold_sql):
-        raise ValueError(f"{len(completions)} completions but {len(gold_sql)} gold queries")
-    out: list[float | None] = []
-    for c, gold in zip(completions, gold_sql, strict=True):
-        if gold is None:
-            out.append(None)
-            continue
-        sql = parse_answer(completion_text(c)).sql
-        out.append(0.0 if sql is None else ngram_f1(sql, gold, n))
-    return out
+    return score_against_gold(completions, gold_sql, lambda sql, gold: ngram_f1(sql, gold, n))

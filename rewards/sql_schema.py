@@ -27,7 +27,7 @@ from sqlglot import exp
 from sqlglot.errors import ParseError, TokenError
 from sqlglot.tokens import TokenType
 
-from generator.parsing import completion_text, parse_answer
+from generator.parsing import score_against_gold
 
 _NAME_TOKENS = (TokenType.VAR, TokenType.IDENTIFIER)
 
@@ -114,13 +114,4 @@ def schema_match_reward(completions: Sequence[Any], gold_sql: Sequence[str | Non
     ...                      "<answer>SELECT name FROM products</answer>", "no sql"], [gold] * 4)
     [0.6666666666666666, 1.0, 0.25, 0.0]
     """
-    if len(completions) != len(gold_sql):
-        raise ValueError(f"{len(completions)} completions but {len(gold_sql)} gold queries")
-    out: list[float | None] = []
-    for c, gold in zip(completions, gold_sql, strict=True):
-        if gold is None:
-            out.append(None)
-            continue
-        sql = parse_answer(completion_text(c)).sql
-        out.append(0.0 if sql is None else jaccard(schema_tokens(sql), schema_tokens(gold)))
-    return out
+    return score_against_gold(completions, gold_sql, lambda sql, gold: jaccard(schema_tokens(sql), schema_tokens(gold)))
