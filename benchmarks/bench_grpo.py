@@ -18,7 +18,7 @@ TRL's split comes from its own profiling hooks (``transformers.generate``,
 reference and inside ``compute_loss`` for the policy); backward + optimizer is the step's wall
 time minus ``_prepare_inputs`` and ``compute_loss``.
 
-TRL is an optional extra for this benchmark only (``pip install trl==1.16.0``)::
+TRL is an optional extra for this benchmark only: ``pip install -e ".[bench]"`` (pins trl 1.16.0)::
 
     python benchmarks/bench_grpo.py                      # both modes, both trainers
     python benchmarks/bench_grpo.py --modes lora --steps 3 --json-out grpo_step.json

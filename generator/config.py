@@ -20,6 +20,7 @@ import tyro
 from data_pipeline.errors import ConfigError
 from generator.grpo import LOSS_TYPES
 from generator.models import ModelConfig
+from generator.prompt import SCHEMA_DETAILS
 from rewards.sql import SQLRewardConfig
 
 SPLIT_NAMES = ("train", "validation", "test", "test_heldout")
@@ -33,10 +34,12 @@ def _positive(value: float, flag: str) -> None:
         raise ConfigError(f"must be positive, got {value}", where=flag)
 
 
-def _check_prompt(k_examples: int, max_prompt_tokens: int) -> None:
+def _check_prompt(k_examples: int, max_prompt_tokens: int, schema_detail: str | None = "full") -> None:
     if k_examples < 0:
         raise ConfigError(f"must be >= 0, got {k_examples}", where="--k-examples")
     _positive(max_prompt_tokens, "--max-prompt-tokens")
+    if schema_detail is not None and schema_detail not in SCHEMA_DETAILS:
+        raise ConfigError(f"must be one of {', '.join(SCHEMA_DETAILS)}, got {schema_detail!r}", where="--schema-detail")
 
 
 @dataclass
@@ -58,6 +61,8 @@ class GeneratorSFTConfig:
     """Retrieved few-shot examples in each training prompt (the sample itself is never one of them)."""
     with_reasoning: bool = True
     """Train the <reasoning>...</reasoning><answer>...</answer> format (False: <answer> only)."""
+    schema_detail: Literal["full", "compact"] = "full"
+    """Routed tables with types, descriptions and sample values (full), or as Table(col, ...) lines (compact, ~3x fewer tokens)."""
     max_prompt_tokens: int = 2048
     """Samples whose prompt + answer is longer are skipped (and counted)."""
 
@@ -88,7 +93,7 @@ class GeneratorSFTConfig:
     """Show a progress bar."""
 
     def __post_init__(self) -> None:
-        _check_prompt(self.k_examples, self.max_prompt_tokens)
+        _check_prompt(self.k_examples, self.max_prompt_tokens, self.schema_detail)
         _positive(self.learning_rate, "--learning-rate")
         if not 0.0 <= self.warmup_ratio < 1.0:
             raise ConfigError(f"must be in [0, 1), got {self.warmup_ratio}", where="--warmup-ratio")
@@ -128,6 +133,8 @@ class GRPOConfig:
     """Retrieved few-shot examples in each prompt (a base model needs them to write the answer tags)."""
     with_reasoning: bool = True
     """Ask for <reasoning> before <answer>."""
+    schema_detail: Literal["full", "compact"] = "full"
+    """Routed tables with types, descriptions and sample values (full), or as Table(col, ...) lines (compact, ~3x fewer tokens)."""
     max_prompt_tokens: int = 2048
     """Training samples whose prompt is longer are left out (and counted)."""
 
@@ -202,7 +209,7 @@ class GRPOConfig:
     """Show a progress bar on the main process."""
 
     def __post_init__(self) -> None:
-        _check_prompt(self.k_examples, self.max_prompt_tokens)
+        _check_prompt(self.k_examples, self.max_prompt_tokens, self.schema_detail)
         if self.num_generations < 2:
             raise ConfigError(f"must be >= 2 (advantages compare completions of a group), got {self.num_generations}",
                               where="--num-generations")  # fmt: skip
@@ -305,6 +312,8 @@ class GenerateConfig:
     """Retrieved few-shot examples (from the training split) in each prompt."""
     with_reasoning: bool = True
     """Ask for <reasoning> before <answer>."""
+    schema_detail: Literal["full", "compact"] | None = None
+    """full or compact routed schema (see train_sft --help); default: what --generator was trained with, else full."""
     max_prompt_tokens: int = 4096
     """Prompts longer than this are cut from the left (the question stays)."""
     max_new_tokens: int = 160
@@ -327,7 +336,7 @@ class GenerateConfig:
             raise ConfigError(f"must be one of {', '.join(SPLIT_NAMES)}, got {self.split!r}", where="--split")
         if self.no_path and self.router is not None:
             raise ConfigError(f"--no-path conflicts with --router {self.router}", where="--no-path")
-        _check_prompt(self.k_examples, self.max_prompt_tokens)
+        _check_prompt(self.k_examples, self.max_prompt_tokens, self.schema_detail)
         _positive(self.max_new_tokens, "--max-new-tokens")
         _positive(self.batch_size, "--batch-size")
         if self.temperature < 0:

@@ -68,11 +68,14 @@ def sample_messages(
     path: JoinPath | None,
     k: int,
     with_reasoning: bool = True,
+    schema_detail: str = "full",
 ) -> list[Message]:
     """The prompt of one sample: its question, ``path`` (routed, gold or None) and ``k`` retrieved
-    examples from the training split (never the sample itself)."""
+    examples from the training split (never the sample itself); ``schema_detail`` as in
+    :func:`generator.prompt.build_prompt`."""
     examples = retriever.for_sample(sample, k) if retriever is not None and k > 0 else []
-    return build_prompt(sample.question, path, ds.schema, ds.graph, examples, k=k, with_reasoning=with_reasoning)
+    return build_prompt(sample.question, path, ds.schema, ds.graph, examples, k=k, with_reasoning=with_reasoning,
+                        schema_detail=schema_detail)  # fmt: skip
 
 
 def route_paths(samples: Sequence[Sample], router_dir: Path | None, ds: BuiltDataset) -> list[JoinPath]:
@@ -142,6 +145,24 @@ def read_generator_meta(path: str | Path) -> dict[str, Any]:
         return json.loads(meta_file.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
         raise CheckpointError(f"unreadable ({exc})", where=meta_file) from exc
+
+
+def trained_prompt(path: str | Path | None) -> dict[str, Any]:
+    """The prompt settings a trained generator folder was trained with (its meta's ``prompt``
+    entry, e.g. ``{"k_examples": 1, "schema_detail": "compact"}``); ``{}`` for None or a folder
+    that does not record them.
+
+    Raises:
+        CheckpointError: ``path`` is not a trained generator folder.
+    """
+    if path is None:
+        return {}
+    meta = read_generator_meta(path)
+    prompt = meta.get("prompt")
+    if isinstance(prompt, dict):
+        return prompt
+    cfg = meta.get("config")
+    return {k: cfg[k] for k in ("k_examples", "with_reasoning", "schema_detail") if k in cfg} if isinstance(cfg, dict) else {}
 
 
 def load_policy(cfg: ModelConfig, init: str | Path | None = None) -> tuple[PreTrainedModel, PreTrainedTokenizerBase, ModelConfig]:
@@ -480,12 +501,13 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     if not samples:
         raise ConfigError(f"split {cfg.split!r} of {cfg.data} has no samples", where="--split")
     model, tokenizer, _ = load_policy(cfg.model, cfg.generator)
+    detail = cfg.schema_detail or trained_prompt(cfg.generator).get("schema_detail", "full")
     retriever = ExampleRetriever(ds.split("train")) if cfg.k_examples > 0 else None
     paths: list[JoinPath | None] = [None] * len(samples) if cfg.no_path else list(route_paths(samples, cfg.router, ds))
     prompts = []
     for s, p in zip(samples, paths, strict=True):
         ids = prompt_token_ids(tokenizer, sample_messages(s, ds, retriever, path=p, k=cfg.k_examples,
-                                                          with_reasoning=cfg.with_reasoning))  # fmt: skip
+                                                          with_reasoning=cfg.with_reasoning, schema_detail=detail))  # fmt: skip
         prompts.append(ids[-cfg.max_prompt_tokens :])
     t0 = time.perf_counter()
     answers = generate_answers(model, tokenizer, prompts, max_new_tokens=cfg.max_new_tokens,
@@ -503,6 +525,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         "generator": str(cfg.generator) if cfg.generator else cfg.model.model,
         "path_source": "none" if cfg.no_path else ("router" if cfg.router else "gold"),
         "k_examples": cfg.k_examples,
+        "schema_detail": detail,
+        "max_new_tokens": cfg.max_new_tokens,
+        "truncated_rate": sum(1 for r in records if "</answer>" not in r["completion"]) / n,
         "execution_accuracy": sum(r["exact"] for r in records) / n,
         "execution_f1": sum(r["execution"] or 0.0 for r in records) / n,
         "execution_nonzero": sum(1 for r in records if (r["execution"] or 0.0) > 0) / n,

@@ -102,6 +102,7 @@ def build_prompts(
     k: int,
     with_reasoning: bool,
     max_tokens: int,
+    schema_detail: str = "full",
 ) -> tuple[list[Prompt], int]:
     """Tokenised prompts of ``samples`` (examples retrieved from the training split, never the
     sample itself); prompts over ``max_tokens`` are left out.
@@ -112,7 +113,8 @@ def build_prompts(
     retriever = ExampleRetriever(ds.split("train")) if k > 0 else None
     out, skipped = [], 0
     for s, p in zip(samples, paths, strict=True):
-        ids = prompt_token_ids(tokenizer, sample_messages(s, ds, retriever, path=p, k=k, with_reasoning=with_reasoning))
+        ids = prompt_token_ids(tokenizer, sample_messages(s, ds, retriever, path=p, k=k, with_reasoning=with_reasoning,
+                                                          schema_detail=schema_detail))  # fmt: skip
         if len(ids) > max_tokens:
             skipped += 1
             continue
@@ -600,7 +602,8 @@ def train(cfg: GRPOConfig) -> GRPOResult:
     if cfg.beta > 0 and not model_cfg.use_lora:
         ref_model = make_reference_model(model_cfg).to(accelerator.device)
     prompts, too_long = build_prompts(ds, train, route_paths(train, cfg.router, ds), tokenizer, k=cfg.k_examples,
-                                      with_reasoning=cfg.with_reasoning, max_tokens=cfg.max_prompt_tokens)  # fmt: skip
+                                      with_reasoning=cfg.with_reasoning, max_tokens=cfg.max_prompt_tokens,
+                                      schema_detail=cfg.schema_detail)  # fmt: skip
     if not prompts:
         raise DataError(f"every training prompt is longer than --max-prompt-tokens {cfg.max_prompt_tokens}", where=cfg.data)
     scorer = cfg.reward.make_scorer()
@@ -656,7 +659,9 @@ def train(cfg: GRPOConfig) -> GRPOResult:
 
         writer = SummaryWriter(str(out / "runs"), purge_step=start_step + 1 if start_step else None)
     meta = {"trained_by": "generator.train_grpo", "base_model": model_cfg.model,
-            "init": str(cfg.init) if cfg.init else None, "config": config_to_dict(cfg)}  # fmt: skip
+            "init": str(cfg.init) if cfg.init else None, "config": config_to_dict(cfg),
+            "prompt": {"k_examples": cfg.k_examples, "with_reasoning": cfg.with_reasoning,
+                       "path": "router" if cfg.router else "gold", "schema_detail": cfg.schema_detail}}  # fmt: skip
 
     # ---- the loop
     model.train()

@@ -60,6 +60,7 @@ def build_examples(
     with_reasoning: bool,
     max_tokens: int,
     retriever: ExampleRetriever | None,
+    schema_detail: str = "full",
 ) -> tuple[list[SFTExample], int]:
     """Tokenise every sample's prompt (gold path) and target; drop those over ``max_tokens``.
 
@@ -71,7 +72,8 @@ def build_examples(
     skipped = 0
     for s in samples:
         prompt = prompt_token_ids(tokenizer, sample_messages(s, ds, retriever, path=s.path, k=k,
-                                                             with_reasoning=with_reasoning))  # fmt: skip
+                                                             with_reasoning=with_reasoning,
+                                                             schema_detail=schema_detail))  # fmt: skip
         target = tokenizer(target_text(s, with_reasoning) + eos, add_special_tokens=False)["input_ids"]
         if len(prompt) + len(target) > max_tokens:
             skipped += 1
@@ -113,7 +115,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     model, tokenizer, model_cfg = load_policy(cfg.model)
     retriever = ExampleRetriever(train) if cfg.k_examples > 0 else None
     examples, skipped = build_examples(pool, ds, tokenizer, k=cfg.k_examples, with_reasoning=cfg.with_reasoning,
-                                       max_tokens=cfg.max_prompt_tokens, retriever=retriever)  # fmt: skip
+                                       max_tokens=cfg.max_prompt_tokens, retriever=retriever,
+                                       schema_detail=cfg.schema_detail)  # fmt: skip
     if not examples:
         raise DataError(f"every training prompt is longer than --max-prompt-tokens {cfg.max_prompt_tokens}",
                         where=cfg.data)  # fmt: skip
@@ -156,7 +159,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         "trained_by": "generator.train_sft",
         "base_model": model_cfg.model,
         "config": config_to_dict(cfg),
-        "prompt": {"k_examples": cfg.k_examples, "with_reasoning": cfg.with_reasoning, "path": "gold"},
+        "prompt": {"k_examples": cfg.k_examples, "with_reasoning": cfg.with_reasoning, "path": "gold",
+                   "schema_detail": cfg.schema_detail},
         "n_train_examples": len(examples),
         "n_skipped_too_long": skipped,
         "steps": total_steps,

@@ -243,7 +243,7 @@ def test_train_sft_lowers_the_loss_and_saves_a_loadable_model(tiny_model, tiny_d
     out = tmp_path / "sft"
     summary = sft_main(["--data", str(tiny_data), "--out", str(out), "--model", str(tiny_model), "--use-lora", "False",
                         "--max-train-samples", "2", "--batch-size", "2", "--max-steps", "12", "--learning-rate", "0.05",
-                        "--k-examples", "0", "--progress", "False"])  # fmt: skip
+                        "--k-examples", "0", "--schema-detail", "compact", "--progress", "False"])  # fmt: skip
     assert summary["steps"] == 12 and summary["n_train_examples"] == 2
     assert summary["final_loss"] < 0.85 * summary["first_loss"]
     meta = json.loads((out / "route2sql_generator.json").read_text())
@@ -252,6 +252,11 @@ def test_train_sft_lowers_the_loss_and_saves_a_loadable_model(tiny_model, tiny_d
     assert eff.model == str(out) and tok.padding_side == "left"
     base, _ = load_generator(ModelConfig(model=str(tiny_model), use_lora=False))
     assert not torch.equal(model.get_input_embeddings().weight, base.get_input_embeddings().weight)
+    # inference prompts the way the model was trained unless told otherwise
+    gen = ["--data", str(tiny_data), "--generator", str(out), "--use-lora", "False", "--split", "train", "--limit", "1",
+           "--k-examples", "0", "--max-new-tokens", "2", "--progress", "False"]  # fmt: skip
+    assert generate_main([*gen, "--out", str(tmp_path / "a.jsonl")])["schema_detail"] == "compact"
+    assert generate_main([*gen, "--out", str(tmp_path / "b.jsonl"), "--schema-detail", "full"])["schema_detail"] == "full"
 
 
 def test_generate_cli_answers_and_scores_a_split(tiny_model, tiny_data, tmp_path):
