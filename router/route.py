@@ -11,9 +11,20 @@ schema (``schema=`` / ``--db`` / ``--schema``) raises :class:`CheckpointError` n
 fingerprints unless ``retarget=True`` (``--retarget``): the heads then score the new schema's
 own tables and via options, since they have no fixed output units.
 
+A router trained on several schemas at once (``python -m router.train_sft --data`` a folder of
+data sets) records all of them (``schemas`` in ``config.json``) and no single fingerprint. It
+has no default schema: pass the one to route over, and it binds to it without ``retarget`` when
+that schema's fingerprint is one of the recorded ones (``retarget`` allows any other). Saving
+such a bound router (e.g. after PPO on one schema) records only the schema it is bound to.
+
 File mode: ``--file in.jsonl --out out.jsonl`` reads one ``{"question": ...}`` object per line
 (optional ``id``, and a gold ``path`` that is checked against the schema and scored) and writes
 one :meth:`RoutedPath.to_dict` per line.
+
+MongoDB: ``--backend mongodb --uri mongodb://HOST:PORT/DATABASE`` routes over the schema read from
+the server (:func:`~data_pipeline.backends.registry.open_backend`). A copy made by
+``python -m data_pipeline.mongo_load`` has the SQLite schema's fingerprint, so a router trained on
+the SQLite database loads on it without ``--retarget``.
 """
 
 from __future__ import annotations
@@ -36,6 +47,8 @@ from router.model import PathSpace, RouterModel
 from router.policy import PathDistribution, RouterPolicy
 
 SCHEMA_FILE = "schema.json"
+SCHEMAS_FILE = "schemas.json"
+"""Snapshots of the schemas of a router trained on several (``router.train_sft --data`` a folder of data sets)."""
 
 
 @dataclass(frozen=True)
@@ -131,7 +144,7 @@ class Router:
         The folder loads with :meth:`from_pretrained` like an SFT checkpoint; keys of the loaded
         ``config.json`` (training options, metrics) are kept unless ``metadata`` replaces them.
         """
-        keep = {k: v for k, v in self.meta.items() if k not in ("format", "version", "model", "retargeted")}
+        keep = {k: v for k, v in self.meta.items() if k not in ("format", "version", "model", "retargeted", "schemas")}
         meta = keep | {
             "schema_fingerprint": self.schema.fingerprint(),
             "schema_name": self.schema.name,
@@ -162,13 +175,22 @@ class Router:
             max_hops: longest legal path (default: the checkpoint's, else the data set's).
             descriptions: description sidecar for a SQLite ``schema``.
 
+        A multi-schema checkpoint (module docstring) needs ``schema`` and accepts any of its
+        recorded schemas without ``retarget``.
+
         Raises:
-            CheckpointError: missing or broken checkpoint files, or a schema whose fingerprint
-                differs from the checkpoint's while ``retarget`` is False (both named).
+            CheckpointError: missing or broken checkpoint files, a schema whose fingerprint
+                differs from the checkpoint's (or from all of a multi-schema checkpoint's) while
+                ``retarget`` is False (both named), or no ``schema`` for a multi-schema checkpoint.
         """
         model, meta = RouterModel.from_pretrained(ckpt_dir)
-        trained_fp = meta.get("schema_fingerprint")
+        trained = {e["fingerprint"]: e for e in meta.get("schemas", [])}
         hops = max_hops if max_hops is not None else int(meta.get("max_hops", 3))
+        if schema is None and trained and not meta.get("schema_fingerprint"):
+            shown = ", ".join(list(e["name"] for e in trained.values())[:5]) + (", ..." if len(trained) > 5 else "")
+            raise CheckpointError(
+                f"router was trained on {len(trained)} schemas ({shown}); pass the schema to route over", where=ckpt_dir
+            )
         if schema is None:
             snap = Path(ckpt_dir) / SCHEMA_FILE
             if not snap.is_file():
@@ -184,16 +206,19 @@ class Router:
             elif isinstance(schema, (str, Path)) and max_hops is None:
                 hops = _data_set_hops(Path(schema), hops)
             sch = load_schema(schema, descriptions)
-        fp = sch.fingerprint()
-        if trained_fp and fp != trained_fp and not retarget:
-            raise CheckpointError(
-                f"router was trained on schema {meta.get('schema_name', '?')!r} (fingerprint {trained_fp}) "
-                f"but was given schema {sch.name!r} (fingerprint {fp}); pass retarget=True / --retarget "
-                "to route over the new schema's tables",
-                where=ckpt_dir,
-            )
+        known = _check_binding(meta, sch, retarget, ckpt_dir)
         graph = schema if isinstance(schema, SchemaGraph) and max_hops is None else SchemaGraph(sch, max_hops=hops)
-        return cls(RouterPolicy(model, PathSpace(graph)), meta | {"retargeted": fp != trained_fp})
+        return cls(RouterPolicy(model, PathSpace(graph)), meta | {"retargeted": not known})
+
+    def for_schema(self, graph: SchemaGraph, *, retarget: bool = False, where: str | Path = "router") -> Router:
+        """This router's network bound to another schema graph, checked as :meth:`from_pretrained`
+        checks (so one loaded multi-schema router can route on each of its schemas in turn).
+
+        Raises:
+            CheckpointError: as :meth:`from_pretrained`, naming ``where``.
+        """
+        known = _check_binding(self.meta, graph.schema, retarget, where)
+        return Router(RouterPolicy(self.policy.model, PathSpace(graph)), self.meta | {"retargeted": not known})
 
     @property
     def graph(self) -> SchemaGraph:
@@ -273,6 +298,34 @@ class Router:
         return [space.paths[int(i)] for d in self.distributions(questions) for i in d.mode()]
 
 
+def _check_binding(meta: dict[str, Any], sch: Schema, retarget: bool, where: str | Path) -> bool:
+    """Whether ``sch`` is a schema the checkpoint ``meta`` was trained on (module docstring).
+
+    Raises:
+        CheckpointError: it is not and ``retarget`` is False (both fingerprints named).
+    """
+    fp = sch.fingerprint()
+    trained_fp = meta.get("schema_fingerprint")
+    trained = {e["fingerprint"]: e for e in meta.get("schemas", [])}
+    if trained and not trained_fp:
+        if fp not in trained and not retarget:
+            raise CheckpointError(
+                f"router was trained on {len(trained)} schemas (fingerprints {', '.join(sorted(trained))}) "
+                f"but was given schema {sch.name!r} (fingerprint {fp}); pass retarget=True / --retarget "
+                "to route over the new schema's tables",
+                where=where,
+            )
+        return fp in trained
+    if trained_fp and fp != trained_fp and not retarget:
+        raise CheckpointError(
+            f"router was trained on schema {meta.get('schema_name', '?')!r} (fingerprint {trained_fp}) "
+            f"but was given schema {sch.name!r} (fingerprint {fp}); pass retarget=True / --retarget "
+            "to route over the new schema's tables",
+            where=where,
+        )
+    return fp == trained_fp
+
+
 def _data_set_hops(path: Path, default: int) -> int:
     """``max_hops`` recorded in a data set's ``schema.json``, else ``default``."""
     f = path / SCHEMA_FILE if path.is_dir() else path
@@ -300,11 +353,15 @@ class RouteConfig:
     out: Path | None = None
     """JSONL output for --file (default: print a table per question)."""
     db: Path | None = None
-    """Route over this SQLite database's schema instead of the checkpoint's."""
+    """Route over this SQLite database's schema instead of the checkpoint's; with --backend mongodb, the database name when --uri names none."""
     schema: Path | None = None
     """Route over this schema: a data set folder or a schema.json (instead of --db)."""
+    backend: str = "sqlite"
+    """Where --db/--uri points: sqlite (a file) or mongodb (a server; the schema is read from it)."""
+    uri: str | None = None
+    """MongoDB URI for --backend mongodb, e.g. mongodb://127.0.0.1:27017/northwind."""
     descriptions: Path | None = None
-    """Description sidecar for --db."""
+    """Description sidecar for --db (or --uri)."""
     retarget: bool = False
     """Allow a schema that differs from the one the router was trained on."""
     max_hops: int | None = None
@@ -319,8 +376,12 @@ class RouteConfig:
     def __post_init__(self) -> None:
         from data_pipeline.errors import ConfigError
 
-        if self.db is not None and self.schema is not None:
-            raise ConfigError(f"give --db ({self.db}) or --schema ({self.schema}), not both", where="schema")
+        from data_pipeline.backends.registry import check_backend_options
+
+        check_backend_options(self.backend, self.db, self.uri, db_required=False)
+        if (self.db is not None or self.uri is not None) and self.schema is not None:
+            given = f"--db ({self.db})" if self.db is not None else "--uri"
+            raise ConfigError(f"give {given} or --schema ({self.schema}), not both", where="schema")
         if not self.questions and self.file is None:
             raise ConfigError("give a question or --file", where="questions")
         if self.questions and self.file is not None:
@@ -352,7 +413,12 @@ def main(args: Sequence[str] | None = None) -> list[RoutedPath]:
     cfg = parse(RouteConfig, args, description=__doc__.split("\n\n")[0] if __doc__ else None)
     if cfg.threads > 0:
         torch.set_num_threads(cfg.threads)
-    schema_src = cfg.db if cfg.db is not None else cfg.schema
+    schema_src: Schema | Path | None = cfg.db if cfg.db is not None else cfg.schema
+    if cfg.backend == "mongodb":
+        from data_pipeline.backends.registry import open_backend
+
+        with open_backend("mongodb", cfg.db, cfg.uri, descriptions=cfg.descriptions) as backend:
+            schema_src = backend.introspect()
     router = Router.from_pretrained(
         cfg.router, schema_src, retarget=cfg.retarget, max_hops=cfg.max_hops, descriptions=cfg.descriptions
     )

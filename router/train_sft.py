@@ -18,9 +18,21 @@ Speed: the embeddings and lower encoder layers are frozen and their outputs for 
 and table are computed once; only the top ``trainable_layers`` layers and the heads train.
 Early stopping keeps the epoch with the best validation full-path accuracy.
 
+Several schemas: when ``--data`` is not a data set folder but a folder of them (as
+``python -m evaluation.spider_data --out`` writes: ``DIR/<db>/schema.json``...), one router
+trains on all of them together. Each minibatch comes from one schema (the candidates the heads
+score are that schema's tables and via options; one :class:`RouterPolicy` per schema shares the
+one network), minibatches of all schemas are shuffled together, early stopping and the final
+tables use every schema's samples pooled (``eval.json`` adds ``by_schema``). Class balancing is
+computed per schema. The checkpoint then records every schema (``schemas`` in ``config.json``:
+name, fingerprint, max_hops, data folder; snapshots in ``schemas.json``) and no single
+``schema_fingerprint``: :meth:`router.route.Router.from_pretrained` needs the schema to route over
+and binds to it without ``retarget`` when its fingerprint is one of those recorded.
+
 Outputs: the checkpoint folder ``--out`` (written atomically; :mod:`router.model` layout plus
-``schema.json``, ``eval.json`` and ``metrics.jsonl``), and live logs in ``--log-dir``
-(default ``OUT.logs``): ``metrics.jsonl`` (one line per epoch) and TensorBoard events.
+``schema.json`` (``schemas.json`` with several schemas), ``eval.json`` and ``metrics.jsonl``),
+and live logs in ``--log-dir`` (default ``OUT.logs``): ``metrics.jsonl`` (one line per epoch)
+and TensorBoard events.
 
 Metrics (per epoch): ``train/loss``, ``train/anchor_ce``, ``train/via_ce``, ``train/target_ce``
 (weighted mean cross-entropies), ``train/value_loss`` (MSE of the value head), ``train/lr``;
@@ -47,6 +59,7 @@ import torch
 from data_pipeline.cli import parse, run_main
 from data_pipeline.dataset import BuiltDataset, load_dataset
 from data_pipeline.errors import ConfigError, DataError
+from data_pipeline.graph import JoinPath, SchemaGraph
 from data_pipeline.io import write_json, write_jsonl
 from data_pipeline.samples import Sample
 from rewards.router import RewardConfig, path_reward_components
@@ -54,6 +67,7 @@ from router.backbones import DEFAULT_ENCODER
 from router.evaluate import format_table, path_metrics
 from router.model import PathSpace, RouterModel
 from router.policy import PathDistribution, RouterBatch, RouterPolicy
+from router.route import SCHEMAS_FILE
 
 
 @dataclass
@@ -61,7 +75,8 @@ class SFTConfig:
     """Options of ``python -m router.train_sft`` (defaults fit Northwind in a few minutes on 2 CPU cores)."""
 
     data: Path
-    """Data set folder written by ``python -m data_pipeline.build`` (schema.json + samples.jsonl)."""
+    """Data set folder written by ``python -m data_pipeline.build`` (schema.json + samples.jsonl), or a
+    folder of such folders (one router on all their schemas, e.g. ``python -m evaluation.spider_data --out``)."""
     out: Path
     """Checkpoint folder to write (replaced atomically at the end)."""
     encoder: str = DEFAULT_ENCODER
@@ -103,7 +118,7 @@ class SFTConfig:
     threads: int = 0
     """Torch CPU threads (0: all cores)."""
     max_train_samples: int = 0
-    """Use only the first N training samples (0: all); for quick runs."""
+    """Use only the first N training samples of each data set (0: all); for quick runs."""
     log_dir: Path | None = None
     """Live metrics.jsonl and TensorBoard events (default: OUT.logs next to the checkpoint)."""
     tensorboard: bool = True
@@ -356,9 +371,20 @@ def calibrate_value(
     Returns:
         ``value/train_mse``, ``value/val_mse`` and ``value/explained_variance`` (on validation).
     """
-    model = policy.model
-    f_tr, s_tr, y_tr = value_inputs(policy, train, rewards)
-    f_va, s_va, y_va = value_inputs(policy, val, rewards)
+    return calibrate_value_parts([(policy, train, val, rewards)], epochs, lr, seed)
+
+
+def calibrate_value_parts(
+    parts: Sequence[tuple[RouterPolicy, EncodedSplit, EncodedSplit, torch.Tensor]], epochs: int, lr: float, seed: int
+) -> dict[str, float]:
+    """:func:`calibrate_value` over several schemas at once: ``parts`` holds, per schema, its policy
+    (all sharing one network), train and validation splits and reward table; the value head is fitted
+    on every schema's training questions pooled."""
+    model = parts[0][0].model
+    tr_in = [value_inputs(pol, t, r) for pol, t, _, r in parts]
+    va_in = [value_inputs(pol, v, r) for pol, _, v, r in parts]
+    f_tr, s_tr, y_tr = (torch.cat(x) for x in zip(*tr_in, strict=True))
+    f_va, s_va, y_va = (torch.cat(x) for x in zip(*va_in, strict=True))
     if epochs > 0:
         opt = torch.optim.Adam(model.critic_parameters(), lr=lr)
         gen = torch.Generator().manual_seed(seed)
@@ -445,21 +471,60 @@ def build_policy(cfg: SFTConfig, ds: BuiltDataset) -> RouterPolicy:
     return RouterPolicy(model, PathSpace(ds.graph))
 
 
-def train(cfg: SFTConfig) -> SFTResult:
-    """Run SFT as ``cfg`` says and write the checkpoint; returns the result.
+def data_set_folders(data: str | Path) -> list[Path]:
+    """The data set folders behind ``--data``: itself, or the data set folders directly under it.
+
+    ``data`` is a data set folder when it holds ``schema.json`` (or does not exist: then
+    :func:`~data_pipeline.dataset.load_dataset` names the problem); otherwise every sub-folder
+    holding a ``schema.json``, sorted by name (``python -m evaluation.spider_data --out`` writes one
+    per database).
 
     Raises:
-        DataError: the data set is missing or malformed, or has no training or validation samples.
-        ConfigError, CheckpointError, DownloadError: bad options, ``--init`` or encoder.
+        DataError: ``data`` is a folder with neither ``schema.json`` nor data set folders under it.
     """
-    from tqdm.auto import tqdm
+    d = Path(data)
+    if not d.is_dir() or (d / "schema.json").is_file():
+        return [d]
+    subs = sorted(p for p in d.iterdir() if p.is_dir() and (p / "schema.json").is_file())
+    if not subs:
+        raise DataError(
+            "not a data set folder (no schema.json) and no data set folders under it; "
+            "build one with python -m data_pipeline.build",
+            where=d,
+        )
+    return subs
 
-    t0, c0 = time.perf_counter(), time.process_time()
-    if cfg.threads > 0:
-        torch.set_num_threads(cfg.threads)
-    _seed_everything(cfg.seed)
-    ds = load_dataset(cfg.data)
-    samples_file = str(Path(cfg.data) / "samples.jsonl")
+
+@dataclass
+class SchemaPart:
+    """One data set's share of (possibly multi-schema) training.
+
+    Attributes:
+        ds: the data set.
+        samples_file: its ``samples.jsonl`` (named in errors).
+        policy: a :class:`RouterPolicy` over its schema; every part's policy shares one network.
+        reward_table: rewards of its legal paths against its gold paths.
+        train, val: its encoded training and validation splits.
+        weights: per-head ``(n_train,)`` loss weights (class balance within this schema, via 10x).
+    """
+
+    ds: BuiltDataset
+    samples_file: str
+    policy: RouterPolicy
+    reward_table: RewardTable
+    train: EncodedSplit
+    val: EncodedSplit
+    weights: dict[str, torch.Tensor]
+
+    @property
+    def name(self) -> str:
+        return self.ds.schema.name
+
+
+def _load_part(cfg: SFTConfig, folder: Path, model: RouterModel | None) -> SchemaPart:
+    """Load and encode one data set; a fresh network (``cfg``) when ``model`` is None, else that one shared."""
+    ds = load_dataset(folder)
+    samples_file = str(folder / "samples.jsonl")
     train_samples = ds.split("train")
     if cfg.max_train_samples > 0:
         train_samples = train_samples[: cfg.max_train_samples]
@@ -468,15 +533,10 @@ def train(cfg: SFTConfig) -> SFTResult:
         raise DataError("no samples in split 'train'", where=samples_file)
     if not val_samples:
         raise DataError("no samples in split 'validation' (needed for early stopping)", where=samples_file)
-    log_dir = Path(cfg.log_dir) if cfg.log_dir is not None else Path(str(cfg.out) + ".logs")
-    log_dir.mkdir(parents=True, exist_ok=True)
-
-    policy = build_policy(cfg, ds)
-    model = policy.model
+    policy = build_policy(cfg, ds) if model is None else RouterPolicy(model, PathSpace(ds.graph))
     reward_table = RewardTable(policy.space, cfg.reward)
     train_set = encode_split(policy, train_samples, reward_table, samples_file)
     val_set = encode_split(policy, val_samples, reward_table, samples_file)
-    rewards = reward_table.table
     weights = {
         "anchor": class_weights([s.path.anchor for s in train_samples], cfg.class_balance),
         "via": class_weights([s.path.via for s in train_samples], cfg.class_balance),
@@ -485,9 +545,83 @@ def train(cfg: SFTConfig) -> SFTResult:
     weights["via"] = weights["via"] * torch.tensor(
         [cfg.via_nonnull_weight if s.path.via else 1.0 for s in train_samples]
     )
+    return SchemaPart(ds, samples_file, policy, reward_table, train_set, val_set, weights)
+
+
+def epoch_batches(sizes: Sequence[int], batch_size: int, gen: torch.Generator) -> list[tuple[int, list[int]]]:
+    """One epoch's minibatches as ``(part, sample indices)``: each part's samples shuffled and cut
+    into batches of ``batch_size``, then (with several parts) the batches of all parts shuffled.
+
+    >>> g = torch.Generator().manual_seed(0)
+    >>> sorted(len(i) for _, i in epoch_batches([5, 3], 2, g))
+    [1, 1, 2, 2, 2]
+    >>> {p for p, i in epoch_batches([5, 3], 2, g) if len(i) == 1} == {0, 1}  # no batch mixes schemas
+    True
+    """
+    batches = [
+        (part, idx.tolist())
+        for part, n in enumerate(sizes)
+        for idx in torch.randperm(n, generator=gen).split(batch_size)
+    ]
+    if len(sizes) > 1:
+        batches = [batches[i] for i in torch.randperm(len(batches), generator=gen).tolist()]
+    return batches
+
+
+def pooled_metrics(
+    per_part: Sequence[tuple[list[JoinPath], list[Sample], SchemaGraph]], reward: RewardConfig
+) -> dict[str, Any]:
+    """:func:`router.evaluate.path_metrics` of several schemas' predictions pooled, plus ``by_schema``.
+
+    ``mean_reward`` and ``legal_rate`` are the sample-weighted means of the schemas' own (each
+    scored on its graph); ``by_schema`` maps each schema name to its own metrics.
+    """
+    preds = [p for ps, _, _ in per_part for p in ps]
+    samples = [s for _, ss, _ in per_part for s in ss]
+    out = path_metrics(preds, samples, None, reward)
+    by = {g.schema.name: path_metrics(ps, ss, g, reward) for ps, ss, g in per_part}
+    n = sum(m["n"] for m in by.values())
+    for key in ("mean_reward", "legal_rate"):
+        if n:
+            out[key] = sum(m[key] * m["n"] for m in by.values() if key in m) / n
+    out["by_schema"] = by
+    return out
+
+
+def train(cfg: SFTConfig) -> SFTResult:
+    """Run SFT as ``cfg`` says and write the checkpoint; returns the result.
+
+    With a folder of data sets as ``cfg.data`` one router trains on all their schemas (module
+    docstring); ``SFTResult.policy`` is then bound to the first schema.
+
+    Raises:
+        DataError: a data set is missing or malformed, or has no training or validation samples.
+        ConfigError, CheckpointError, DownloadError: bad options, ``--init`` or encoder.
+    """
+    from tqdm.auto import tqdm
+
+    t0, c0 = time.perf_counter(), time.process_time()
+    if cfg.threads > 0:
+        torch.set_num_threads(cfg.threads)
+    _seed_everything(cfg.seed)
+    folders = data_set_folders(cfg.data)
+    multi = len(folders) > 1 or folders[0] != Path(cfg.data)
+    log_dir = Path(cfg.log_dir) if cfg.log_dir is not None else Path(str(cfg.out) + ".logs")
+    log_dir.mkdir(parents=True, exist_ok=True)
+
+    parts: list[SchemaPart] = []
+    for folder in folders:
+        parts.append(_load_part(cfg, folder, parts[0].policy.model if parts else None))
+    names = [p.name for p in parts]
+    if len(set(names)) < len(names):
+        dup = next(n for n in names if names.count(n) > 1)
+        raise DataError(f"two data sets have the schema name {dup!r}; one router needs distinct names", where=cfg.data)
+    policy = parts[0].policy
+    model = policy.model
+    rewards = [p.reward_table.table for p in parts]
     t_encoded = time.perf_counter() - t0
 
-    steps_per_epoch = math.ceil(len(train_set) / cfg.batch_size)
+    steps_per_epoch = sum(math.ceil(len(p.train) / cfg.batch_size) for p in parts)
     total_steps = steps_per_epoch * cfg.epochs
     opt = torch.optim.AdamW(_param_groups(model, cfg))
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda(total_steps, cfg.warmup_ratio))
@@ -507,14 +641,14 @@ def train(cfg: SFTConfig) -> SFTResult:
     bar = tqdm(total=total_steps, desc="router SFT", disable=not cfg.progress, file=sys.stderr, dynamic_ncols=True)
     try:
         for epoch in range(1, cfg.epochs + 1):
-            policy.train()
+            for part in parts:
+                part.policy.train()
             sums: Counter[str] = Counter()
-            for idx_t in torch.randperm(len(train_set), generator=gen).split(cfg.batch_size):
-                idx = idx_t.tolist()
-                batch = train_set.batch(idx)
-                dist = policy.distribution(batch)
-                losses = head_losses(dist, train_set, idx, weights)
-                expected = (dist.log_prob.exp() * rewards[train_set.reward_row[idx]]).sum(-1).detach()
+            for k, idx in epoch_batches([len(p.train) for p in parts], cfg.batch_size, gen):
+                part = parts[k]
+                dist = part.policy.distribution(part.train.batch(idx))
+                losses = head_losses(dist, part.train, idx, part.weights)
+                expected = (dist.log_prob.exp() * rewards[k][part.train.reward_row[idx]]).sum(-1).detach()
                 value_loss = torch.nn.functional.mse_loss(model.value(dist.features, dist.stats()), expected)
                 loss = losses["anchor"] + losses["via"] + losses["target"] + cfg.value_weight * value_loss
                 opt.zero_grad(set_to_none=True)
@@ -530,8 +664,16 @@ def train(cfg: SFTConfig) -> SFTResult:
                     sums[f"{head}_ce"] += float(v.detach()) * n
                 bar.update(1)
                 bar.set_postfix(epoch=epoch, loss=f"{float(loss.detach()):.3f}")
-            preds, nll = predict_split(policy, val_set)
-            m = path_metrics([policy.space.paths[i] for i in preds], val_samples)
+            preds: list[JoinPath] = []
+            val_samples: list[Sample] = []
+            nll_sum = 0.0
+            for part in parts:
+                idx_pred, nll = predict_split(part.policy, part.val)
+                preds += [part.policy.space.paths[i] for i in idx_pred]
+                val_samples += part.val.samples
+                nll_sum += nll * len(part.val)
+            nll = nll_sum / max(1, len(val_samples))
+            m = path_metrics(preds, val_samples)
             row = {
                 "epoch": epoch,
                 "train/loss": sums["loss"] / sums["n"],
@@ -550,14 +692,14 @@ def train(cfg: SFTConfig) -> SFTResult:
             history.append(row)
             write_jsonl(log_dir / "metrics.jsonl", history)
             if writer is not None:
-                for k, v in row.items():
-                    if k != "epoch":
-                        writer.add_scalar(k, v, epoch)
+                for k_, v in row.items():
+                    if k_ != "epoch":
+                        writer.add_scalar(k_, v, epoch)
             bar.set_postfix(epoch=epoch, loss=f"{row['train/loss']:.3f}", val_path=f"{m['full_path_acc']:.3f}")
             key = (m["full_path_acc"], nll)
             if key[0] > best[0] or (key[0] == best[0] and key[1] < best[1]):
                 best, best_epoch, bad_epochs = key, epoch, 0
-                best_state = {k: v.detach().clone() for k, v in model.state_dict().items() if k in keep}
+                best_state = {k_: v.detach().clone() for k_, v in model.state_dict().items() if k_ in keep}
             else:
                 bad_epochs += 1
                 if bad_epochs >= cfg.patience:
@@ -567,29 +709,37 @@ def train(cfg: SFTConfig) -> SFTResult:
         if writer is not None:
             writer.flush()
     model.load_state_dict(best_state, strict=False)
-    value_report = calibrate_value(
-        policy, train_set, val_set, rewards, cfg.value_calibration_epochs, cfg.lr, cfg.seed
-    )
+    value_report = calibrate_value_parts(
+        [(p.policy, p.train, p.val, r) for p, r in zip(parts, rewards, strict=True)],
+        cfg.value_calibration_epochs, cfg.lr, cfg.seed,
+    )  # fmt: skip
     if writer is not None:
-        for k, v in value_report.items():
-            writer.add_scalar(k, v, best_epoch)
+        for k_, v in value_report.items():
+            writer.add_scalar(k_, v, best_epoch)
         writer.close()
     t_train = time.perf_counter() - t0 - t_encoded
 
     final: dict[str, Any] = {}
-    split_sets = {"train": train_set, "validation": val_set}
     for name in cfg.eval_splits:
-        samples = ds.split(name)
-        if not samples:
+        per_part = []
+        for part in parts:
+            samples = part.ds.split(name)
+            if not samples:
+                continue
+            enc = {"train": part.train, "validation": part.val}.get(name) or encode_split(
+                part.policy, samples, part.reward_table, part.samples_file
+            )
+            idx_pred, _ = predict_split(part.policy, enc)
+            per_part.append(([part.policy.space.paths[i] for i in idx_pred], enc.samples, part.ds.graph))
+        if not per_part:
             continue
-        enc = split_sets.get(name) or encode_split(policy, samples, reward_table, samples_file)
-        preds, _ = predict_split(policy, enc)
-        final[name] = path_metrics([policy.space.paths[i] for i in preds], samples, ds.graph, cfg.reward)
-    policy.eval()
+        if multi:
+            final[name] = pooled_metrics(per_part, cfg.reward)
+        else:
+            final[name] = path_metrics(per_part[0][0], per_part[0][1], per_part[0][2], cfg.reward)
+    for part in parts:
+        part.policy.eval()
     meta = {
-        "schema_fingerprint": ds.schema.fingerprint(),
-        "schema_name": ds.schema.name,
-        "max_hops": ds.graph.max_hops,
         "training": cfg.to_dict(),
         "best_epoch": best_epoch,
         "metrics": {k: {m: v[m] for m in ("n", "anchor_acc", "via_acc", "target_acc", "full_path_acc") if m in v}
@@ -600,16 +750,33 @@ def train(cfg: SFTConfig) -> SFTResult:
             "cpu": round(time.process_time() - c0, 2),
             "threads": torch.get_num_threads(),
         },
-        "files": {
-            "schema.json": ds.schema.to_dict() | {"max_hops": ds.graph.max_hops},
-            "eval.json": final | {"value": value_report},
-        },
     }
+    eval_doc = final | {"value": value_report}
+    if multi:
+        meta |= {
+            "schemas": [
+                {"name": p.name, "fingerprint": p.ds.schema.fingerprint(), "max_hops": p.ds.graph.max_hops,
+                 "data": str(f)} for p, f in zip(parts, folders, strict=True)
+            ],  # fmt: skip
+            "max_hops": max(p.ds.graph.max_hops for p in parts),
+            "files": {
+                SCHEMAS_FILE: [p.ds.schema.to_dict() | {"max_hops": p.ds.graph.max_hops} for p in parts],
+                "eval.json": eval_doc,
+            },
+        }
+    else:
+        ds = parts[0].ds
+        meta = {
+            "schema_fingerprint": ds.schema.fingerprint(),
+            "schema_name": ds.schema.name,
+            "max_hops": ds.graph.max_hops,
+        } | meta
+        meta["files"] = {"schema.json": ds.schema.to_dict() | {"max_hops": ds.graph.max_hops}, "eval.json": eval_doc}
     out = model.save_pretrained(cfg.out, meta)
     write_jsonl(out / "metrics.jsonl", history)
-    write_json(log_dir / "eval.json", final | {"value": value_report})
+    write_json(log_dir / "eval.json", eval_doc)
     wall = time.perf_counter() - t0
-    return SFTResult(out, final | {"value": value_report}, history, best_epoch, wall, policy)
+    return SFTResult(out, eval_doc, history, best_epoch, wall, policy)
 
 
 def main(args: Sequence[str] | None = None) -> SFTResult:

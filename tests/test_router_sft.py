@@ -257,3 +257,89 @@ def test_router_follows_weight_updates_and_saves_with_its_schema(trained: SFTRes
     assert again.meta["ppo"] == {"updates": 3} and again.meta["training"]["encoder"] == ENCODER
     assert again.meta["schema_fingerprint"] == router.schema.fingerprint()
     assert again.route(q).prob == after
+
+
+# --------------------------------------------------------------------------- one router on two schemas
+
+SCHOOL_DDL = """
+CREATE TABLE teachers (id INTEGER PRIMARY KEY, name TEXT NOT NULL, office TEXT);
+CREATE TABLE courses (id INTEGER PRIMARY KEY, title TEXT NOT NULL, teacher_id INTEGER REFERENCES teachers(id));
+CREATE TABLE students (id INTEGER PRIMARY KEY, name TEXT NOT NULL, year INTEGER);
+CREATE TABLE enrollments (id INTEGER PRIMARY KEY, student_id INTEGER REFERENCES students(id),
+    course_id INTEGER REFERENCES courses(id), grade TEXT);
+INSERT INTO teachers VALUES (1, 'Dr Weber', 'A12'), (2, 'Dr Sato', 'B3');
+INSERT INTO courses VALUES (1, 'Algebra', 1), (2, 'Poetry', 2);
+INSERT INTO students VALUES (1, 'Anna Berg', 2), (2, 'Omar Haddad', 3);
+INSERT INTO enrollments VALUES (1, 1, 1, 'A'), (2, 2, 1, 'B'), (3, 2, 2, 'A');
+"""
+
+SCHOOL = [
+    ("list every student in year 3", P("students", (), "students")),
+    ("which courses does the teacher Dr Weber teach", P("teachers", (), "courses")),
+    ("which courses did the student Anna Berg take", P("students", ("enrollments",), "courses")),
+    ("which teachers taught the student Omar Haddad", P("students", ("enrollments", "courses"), "teachers")),
+    ("what grades were given in the course Algebra", P("courses", (), "enrollments")),
+    ("which students took the course Poetry", P("courses", ("enrollments",), "students")),
+    ("what is the office of the teacher Dr Sato", P("teachers", (), "teachers")),
+    ("who teaches the course Algebra", P("courses", (), "teachers")),
+]
+
+
+@pytest.fixture(scope="module")
+def two_schemas(shop: dict[str, Path]) -> dict[str, object]:
+    root = shop["root"] / "multi"
+    school_db = root / "school.sqlite"
+    root.mkdir()
+    conn = sqlite3.connect(school_db)
+    conn.executescript(SCHOOL_DDL)
+    conn.close()
+    write_data_set(shop["db"], root / "data" / "shop")
+    write_data_set(school_db, root / "data" / "school", SCHOOL)
+    torch.manual_seed(0)
+    result = train(tiny_config(root / "data", root / "ckpt"))
+    return {"root": root, "school_db": school_db, "result": result}
+
+
+def test_one_router_learns_both_schemas_training_sets(two_schemas: dict[str, object], shop: dict[str, Path]) -> None:
+    result = two_schemas["result"]
+    assert isinstance(result, SFTResult)
+    m = result.metrics["train"]
+    assert m["n"] == len(LABELLED) + len(SCHOOL)
+    assert {k: v["n"] for k, v in m["by_schema"].items()} == {"shop": len(LABELLED), "school": len(SCHOOL)}
+    assert m["full_path_acc"] == 1.0, {k: v["full_path_acc"] for k, v in m["by_schema"].items()}
+    # each schema routes its own questions through a router loaded from disk, no retarget needed
+    router = Router.from_pretrained(result.out, shop["db"])
+    school = router.for_schema(SchemaGraph(introspect(two_schemas["school_db"]), max_hops=3))
+    for r, rows in ((router, LABELLED), (school, SCHOOL)):
+        assert r.meta["retargeted"] is False
+        assert [x.path for x in r.route_batch([q for q, _ in rows])] == [p for _, p in rows]
+    assert school.policy.model is router.policy.model
+
+
+def test_multi_schema_checkpoint_records_every_schema(two_schemas: dict[str, object], shop: dict[str, Path]) -> None:
+    result = two_schemas["result"]
+    assert isinstance(result, SFTResult)
+    cfg = json.loads((result.out / "config.json").read_text())
+    want = {"shop": introspect(shop["db"]).fingerprint(), "school": introspect(two_schemas["school_db"]).fingerprint()}
+    assert {e["name"]: e["fingerprint"] for e in cfg["schemas"]} == want
+    assert "schema_fingerprint" not in cfg and not (result.out / "schema.json").exists()
+    snaps = json.loads((result.out / "schemas.json").read_text())
+    assert [s["name"] for s in snaps] == [e["name"] for e in cfg["schemas"]] == ["school", "shop"]
+    with pytest.raises(CheckpointError, match=r"trained on 2 schemas \(school, shop\); pass the schema"):
+        Router.from_pretrained(result.out)
+    other = _shop_with_reviews(two_schemas["root"] / "reviews.sqlite")
+    got = introspect(other).fingerprint()
+    with pytest.raises(CheckpointError, match=rf"2 schemas .*{want['school']}.*fingerprint {got}.*retarget"):
+        Router.from_pretrained(result.out, other)
+    assert Router.from_pretrained(result.out, other, retarget=True).meta["retargeted"] is True
+    # a router bound to one schema saves as a single-schema checkpoint of that schema
+    saved = Router.from_pretrained(result.out, shop["db"]).save_pretrained(two_schemas["root"] / "bound")
+    bound = json.loads((saved / "config.json").read_text())
+    assert bound["schema_fingerprint"] == want["shop"] and "schemas" not in bound
+    assert Router.from_pretrained(saved).schema.name == "shop"
+
+
+def test_a_folder_without_data_sets_is_named(tmp_path: Path) -> None:
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(DataError, match=r"empty: not a data set folder \(no schema.json\) and no data set folders"):
+        train(tiny_config(tmp_path / "empty", tmp_path / "ckpt"))
