@@ -3,6 +3,16 @@
 :func:`path_metrics` is the pure part (predicted paths vs samples); :func:`evaluate_router`
 runs any router that can :meth:`predict_paths` first. PPO and the A/B evaluation reuse both.
 
+Command line: ``python -m router.evaluate --router DIR [DIR ...] --data DIR`` scores saved
+routers (SFT or PPO folders) on splits of a data set and prints :func:`format_table` per router
+and split. ``--exclude`` drops questions another data set already holds (:func:`seed_key`), so a
+data set built with another ``--seed`` and more ``--samples-per-path`` becomes a larger test set
+of questions the router never trained on::
+
+    python -m data_pipeline.build --db northwind --out /tmp/nw_s1 --seed 1 --samples-per-path 30
+    python -m router.evaluate --router runs/sft runs/ppo --data /tmp/nw_s1 --exclude runs/data \\
+        --splits train+validation+test test_heldout
+
 Metrics of a group of samples:
 
 - ``anchor_acc`` / ``via_acc`` / ``target_acc``: share of samples whose predicted anchor / via
@@ -15,11 +25,16 @@ Metrics of a group of samples:
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Protocol
 
+from data_pipeline.cli import parse, run_main
+from data_pipeline.errors import ConfigError
 from data_pipeline.graph import JoinPath, SchemaGraph
-from data_pipeline.samples import Sample
+from data_pipeline.samples import SPLITS, Sample
 from rewards.router import RewardConfig, path_reward_components
 
 
@@ -133,3 +148,101 @@ def format_table(metrics: dict[str, Any], title: str = "") -> str:
         for name, m in metrics.get(key, {}).items():
             lines.append(row(f"{label}={name}", m))
     return "\n".join(lines)
+
+
+def seed_key(sample: Sample) -> tuple[str, str, tuple[tuple[str, str, str], ...]]:
+    """What makes two samples the same question however paraphrased: gold path, template, entity values.
+
+    Paraphrases of one seed question share all three (their surfaces and fuzzing differ), so a
+    sample whose key occurs in a router's training data is not a new question for it.
+
+    >>> from data_pipeline.samples import Entity
+    >>> e = Entity("Customers", "City", "Berlin", "berlin")
+    >>> a = Sample("1", "db", "Orders of customers in berlin?", "en", JoinPath("Customers", (), "Orders"), "", (e,),
+    ...            template_id="filter.join.en.0")
+    >>> seed_key(a)
+    ('Customers -> Orders', 'filter.join.en.0', (('Customers', 'City', 'Berlin'),))
+    """
+    return str(sample.path), sample.template_id, tuple((e.table, e.column, str(e.value)) for e in sample.entities)
+
+
+@dataclass
+class EvalConfig:
+    """Options of ``python -m router.evaluate``."""
+
+    router: tuple[Path, ...]
+    """Router checkpoint folders (``router.train_sft`` / ``router.train_ppo --out``); each is scored."""
+    data: Path
+    """Data set folder (``python -m data_pipeline.build``) whose questions are routed."""
+    splits: tuple[str, ...] = ("test", "test_heldout")
+    """Splits scored, each on its own; ``a+b`` scores splits a and b together as one group."""
+    exclude: tuple[Path, ...] = ()
+    """Data set folders whose questions are not scored: a sample of ``--data`` is dropped when one of
+    theirs has the same :func:`seed_key` (e.g. the router's training data, for ``--data`` built with
+    another ``--seed``)."""
+    failures: bool = False
+    """Also print every wrongly routed question with its gold and predicted path."""
+    retarget: bool = False
+    """Allow routers trained on another schema (``Router.from_pretrained(retarget=True)``)."""
+    threads: int = 0
+    """Torch CPU threads (0: all cores)."""
+    out: Path | None = None
+    """Also write ``{router: {group: metrics}}`` as JSON here."""
+
+    def __post_init__(self) -> None:
+        if not self.router:
+            raise ConfigError("give at least one router folder", where="--router")
+        for group in self.splits:
+            for name in group.split("+"):
+                if name not in SPLITS:
+                    raise ConfigError(f"unknown split {name!r} in {group!r}; splits are {', '.join(SPLITS)}", where="--splits")
+        if self.threads < 0:
+            raise ConfigError(f"must be >= 0, got {self.threads}", where="--threads")
+
+
+def main(argv: Sequence[str] | None = None) -> dict[str, dict[str, Any]]:
+    """Command-line entry point (module docstring); returns ``{router: {group: metrics}}``.
+
+    Raises:
+        DataError: a data set folder is missing or malformed.
+        CheckpointError: a router folder is broken or was trained on another schema (without ``--retarget``).
+    """
+    import torch
+
+    from data_pipeline.dataset import load_dataset
+    from data_pipeline.io import write_json
+    from router.route import Router
+
+    cfg = parse(EvalConfig, argv, description=__doc__.split("\n\n")[0] if __doc__ else None)
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    ds = load_dataset(cfg.data)
+    seen = {seed_key(s) for d in cfg.exclude for s in load_dataset(d).samples}
+    groups: dict[str, list[Sample]] = {}
+    for group in cfg.splits:
+        names = group.split("+")
+        kept = [s for s in ds.samples if s.split in names and seed_key(s) not in seen]
+        dropped = sum(1 for s in ds.samples if s.split in names) - len(kept)
+        if dropped:
+            print(f"{group}: {dropped} questions dropped (in --exclude), {len(kept)} kept", file=sys.stderr)
+        groups[group] = kept
+    results: dict[str, dict[str, Any]] = {}
+    for ckpt in cfg.router:
+        router = Router.from_pretrained(ckpt, ds.graph, retarget=cfg.retarget)
+        results[str(ckpt)] = {}
+        for group, samples in groups.items():
+            predicted = router.predict_paths([s.question for s in samples]) if samples else []
+            m = path_metrics(predicted, samples, ds.graph)
+            results[str(ckpt)][group] = m
+            print(format_table(m, title=f"== {ckpt}: {group} =="))
+            if cfg.failures:
+                for p, s in zip(predicted, samples, strict=True):
+                    if p != s.path:
+                        print(f"  [{s.language}] {s.template_id} {s.id}: {s.question}\n      gold {s.path}\n      pred {p}")
+    if cfg.out is not None:
+        write_json(cfg.out, results)
+    return results
+
+
+if __name__ == "__main__":
+    run_main(main)

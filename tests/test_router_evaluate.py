@@ -91,3 +91,55 @@ def test_evaluate_router_calls_predict_paths_once(graph: SchemaGraph) -> None:
     table = format_table(m, "test")
     assert table.splitlines()[0] == "test"
     assert "hops=3" in table and "lang=zh" in table and "split=test_heldout" in table
+
+
+def test_command_line_scores_saved_routers_and_drops_excluded_questions(tiny_db: Path, tmp_path: Path,
+                                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    from data_pipeline.dataset import BuiltDataset, save_dataset
+    from data_pipeline.samples import Entity
+    from router.evaluate import main, seed_key
+    from router.model import PathSpace, RouterModel
+    from router.policy import RouterPolicy
+    from router.route import Router
+
+    schema = introspect(tiny_db)
+    g = SchemaGraph(schema, max_hops=3)
+    berlin = (Entity("customers", "city", "Berlin", "berlin"),)
+    rows = [  # (question, path, split, entities)
+        ("orders of the customers in berlin", P("customers", (), "orders"), "test", berlin),
+        ("suppliers of green tea", P("products", (), "suppliers"), "test", ()),
+        ("what do berlin customers buy", GOLD_3HOP, "test_heldout", berlin),
+        ("list the suppliers", GOLD_0HOP, "train", ()),
+    ]
+    samples = [Sample(f"s{i}", "shop", q, "en", p, g.skeleton(p), e, split=sp, template_id=f"t{i}")
+               for i, (q, p, sp, e) in enumerate(rows)]  # fmt: skip
+    data = save_dataset(tmp_path / "data", BuiltDataset(schema, g, samples, tiny_db))
+    # a second data set holding sample 0 again, paraphrased: the same question for --exclude
+    again = [Sample("x", "shop", "customers in berlin: their orders?", "en", samples[0].path, "", berlin,
+                    template_id="t0")]  # fmt: skip
+    assert seed_key(again[0]) == seed_key(samples[0]) != seed_key(samples[2])
+    other = save_dataset(tmp_path / "other", BuiltDataset(schema, g, again, tiny_db))
+    model = RouterModel.from_encoder("all-MiniLM-L6-v2", trainable_layers=1, head_dim=16)
+    ckpt = Router(RouterPolicy(model, PathSpace(g))).save_pretrained(tmp_path / "router")
+
+    res = main(["--router", str(ckpt), "--data", str(data), "--splits", "test", "test+test_heldout",
+                "--threads", "1", "--out", str(tmp_path / "m.json")])  # fmt: skip
+    got = res[str(ckpt)]
+    assert got["test"]["n"] == 2 and got["test+test_heldout"]["n"] == 3
+    direct = evaluate_router(Router.from_pretrained(ckpt), samples[:3], g)
+    assert got["test+test_heldout"]["full_path_acc"] == direct["full_path_acc"]
+    assert "== " + str(ckpt) + ": test ==" in capsys.readouterr().out
+    assert (tmp_path / "m.json").is_file()
+
+    res = main(["--router", str(ckpt), "--data", str(data), "--exclude", str(other), "--splits", "test", "--failures", "True"])
+    assert res[str(ckpt)]["test"]["n"] == 1  # sample 0 is in --exclude
+    assert "dropped" in capsys.readouterr().err
+
+
+def test_command_line_refuses_an_unknown_split(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from router.evaluate import main
+
+    with pytest.raises(SystemExit) as exc:
+        main(["--router", str(tmp_path), "--data", str(tmp_path), "--splits", "test+dev"])
+    assert exc.value.code == 2
+    assert "unknown split 'dev' in 'test+dev'" in capsys.readouterr().err
