@@ -4,12 +4,13 @@ Verbs::
 
     python -m router.train_sft --data DIR --out CKPT      # supervised fine-tuning
     python -m router.route --router CKPT "question"       # route a question
+    python -m router.evaluate --router CKPT --data DIR    # accuracy on the test splits
 
     from router.route import Router
     Router.from_pretrained(CKPT).route("客户 Around the Horn 买过哪些产品？")
 
-(The command-line modules ``router.route`` and ``router.train_sft`` are not imported here, so
-that ``python -m`` runs them without a double import.)
+(The command-line modules ``router.route``, ``router.train_sft`` and ``router.evaluate`` are not
+imported here, so that ``python -m`` runs them without a double import.)
 
 Modules: :mod:`router.backbones` (encoders), :mod:`router.text` (what the router reads about a
 schema), :mod:`router.model` (the network and checkpoints), :mod:`router.policy` (the
@@ -17,7 +18,6 @@ actor-critic over legal paths that PPO trains), :mod:`router.train_sft`, :mod:`r
 :mod:`router.evaluate`.
 """
 
-from router.evaluate import evaluate_router, path_metrics
 from router.model import PathSpace, RouterModel, RouterModelConfig
 from router.policy import PathDistribution, RouterBatch, RouterPolicy
 
@@ -28,6 +28,4 @@ __all__ = [
     "RouterModel",
     "RouterModelConfig",
     "RouterPolicy",
-    "evaluate_router",
-    "path_metrics",
 ]
