@@ -22,8 +22,8 @@ Methods: ``router`` (the trained checkpoint, bound to each schema in turn with
 The rule's ambiguity reasons are counted over all questions; gold paths longer than
 ``max_hops`` (which no router here can output) are counted too.
 
-Outputs in ``--out``: ``spider_results.json``, ``report.md`` (Markdown tables) and
-``predictions.jsonl`` (one line per question: gold SQL, derived route, reasons, each method's path).
+Outputs in ``--out``: ``spider_results.json``, ``report.md`` (Markdown tables), ``by_hops.png``
+and ``predictions.jsonl`` (one line per question: gold SQL, derived route, reasons, each method's path).
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ from data_pipeline.cli import parse, run_main
 from data_pipeline.dataset import load_dataset
 from data_pipeline.errors import ConfigError
 from data_pipeline.graph import JoinPath
-from data_pipeline.io import atomic_write_text, ensure_writable_dir, write_json, write_jsonl
+from data_pipeline.io import atomic_write_bytes, atomic_write_text, ensure_writable_dir, write_json, write_jsonl
 from evaluation.gold_paths import SpiderGold, derive_gold_path
 from evaluation.report import _md_table, _pct
 from router.backbones import DEFAULT_ENCODER
@@ -57,7 +57,7 @@ class SpiderBenchConfig:
     router: Path | None = None
     """Router checkpoint (e.g. ``python -m router.train_sft --data`` the same folder); none: baseline only."""
     out: Path = Path("runs/spider_bench")
-    """Folder for spider_results.json, report.md and predictions.jsonl."""
+    """Folder for spider_results.json, report.md, by_hops.png and predictions.jsonl."""
     methods: tuple[str, ...] = METHODS
     """Methods to run (router, retrieval)."""
     encoder: str = DEFAULT_ENCODER
@@ -273,6 +273,7 @@ def run(cfg: SpiderBenchConfig) -> dict[str, Any]:
         for i, q in enumerate(questions)
     ])  # fmt: skip
     atomic_write_text(out / "report.md", report_markdown(results))
+    atomic_write_bytes(out / "by_hops.png", plot_by_hops(results))
     return results
 
 
@@ -310,6 +311,39 @@ def report_markdown(results: dict[str, Any]) -> str:
               _md_table(["reason", "questions"], [[r, str(n)] for r, n in amb["by_reason"].items()]), "",
               f"{amb['ambiguous']} of {amb['questions']} questions have at least one reason.", ""]  # fmt: skip
     return "\n".join(parts)
+
+
+def plot_by_hops(results: dict[str, Any]) -> bytes:
+    """PNG bytes: table-set (solid) and full-path (hatched) match by gold hop count, one colour per method."""
+    import io
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    scores = results["scores"]
+    hops = [h for h in next(iter(scores.values()), {}).get("by_hops", {}) if h.isdigit()]
+    fig, ax = plt.subplots(figsize=(7, 3.6))
+    width = 0.8 / max(1, 2 * len(scores))
+    for i, (name, m) in enumerate(scores.items()):
+        for j, (col, hatch) in enumerate((("table_set_acc", ""), ("full_path_acc", "//"))):
+            x = [k + (2 * i + j) * width for k in range(len(hops))]
+            vals = [100 * m["by_hops"][h].get(col, 0.0) for h in hops]
+            label = f"{name}: {'table set' if j == 0 else 'full path'}"
+            ax.bar(x, vals, width=width, color=f"C{i}", hatch=hatch, alpha=1.0 if j == 0 else 0.6, label=label)
+    n = {h: next(iter(scores.values()))["by_hops"][h]["n"] for h in hops}
+    ax.set_xticks([k + width * (2 * len(scores) - 1) / 2 for k in range(len(hops))],
+                  [f"{h} hops (n={n[h]})" for h in hops])  # fmt: skip
+    ax.set_ylabel("% of questions")
+    ax.set_ylim(0, 105)
+    ax.set_title(f"Spider dev, {results['questions']} human-written questions")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=100)
+    plt.close(fig)
+    return buf.getvalue()
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:

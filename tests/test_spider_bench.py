@@ -121,6 +121,7 @@ def test_command_on_one_dev_database(tmp_path, capsys) -> None:
     assert len(rows) == 45 and {"retrieval", "gold_path", "gold_tables", "ambiguous"} <= set(rows[0])
     assert json.loads((out / "spider_results.json").read_text())["ambiguity"] == results["ambiguity"]
     assert "# Spider dev routing benchmark" in (out / "report.md").read_text()
+    assert (out / "by_hops.png").read_bytes().startswith(b"\x89PNG")
     assert "retrieval  n=45" in capsys.readouterr().out
     with pytest.raises(ConfigError, match="'nope' is not a Spider dev database"):
         main(["--data", str(tmp_path / "data"), "--methods", "retrieval", "--db-ids", "nope", "--out", str(out)])
