@@ -3,10 +3,13 @@
     python -m data_pipeline.build --db northwind --out runs/data/northwind
     python -m data_pipeline.build --db shop.sqlite --descriptions shop.json --out runs/data/shop
     python -m data_pipeline.build --db shop.sqlite --out runs/data/shop --no-synthesize-empty
+    python -m data_pipeline.build --backend mongodb --uri mongodb://127.0.0.1:27017 --db northwind --out runs/data/nw-mongo
 
-Options are the fields of :class:`~data_pipeline.pipeline.BuildConfig` (``--help`` lists them);
+With ``--backend mongodb`` the schema is read from the server and every gold query is an
+aggregation pipeline (JSON, in each sample's ``meta.pipeline``) that ran there; the server is
+only read. Options are the fields of :class:`~data_pipeline.pipeline.BuildConfig` (``--help`` lists them);
 the work is :func:`~data_pipeline.pipeline.build_dataset`. A user's mistake (missing or
-non-SQLite file, unknown sample, unwritable folder, unreachable LLM endpoint) is one line on
+non-SQLite file, unknown sample, unwritable folder, unreachable LLM endpoint or MongoDB server) is one line on
 stderr and exit status 2; warnings (no foreign keys, empty tables filled with synthetic rows or
 skipped) are ``warning:`` lines. ``--no-synthesize-empty`` is short for
 ``--synthesize-empty False``.

@@ -2,7 +2,8 @@
 
 Layout written by ``python -m data_pipeline.build --out DIR``::
 
-    DIR/schema.json      Schema.to_dict() plus {"max_hops": int, "db_path": str}
+    DIR/schema.json      Schema.to_dict() plus {"max_hops": int, "db_path": str} ("" for a MongoDB
+                         data set: its "backend" is "mongodb" and "source" the URI, password hidden)
     DIR/samples.jsonl    every Sample, each with its split (record schema in data_pipeline.samples)
     DIR/summary.json     counts: per path, per hop, null-via share, language mix, splits
 
@@ -40,7 +41,8 @@ def save_dataset(out_dir: str | Path, ds: BuiltDataset, summary: dict | None = N
     """Write ``ds`` (and an optional summary) into ``out_dir``; files are replaced atomically."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    meta = ds.schema.to_dict() | {"max_hops": ds.graph.max_hops, "db_path": str(ds.db_path)}
+    db_path = "" if ds.schema.backend == "mongodb" else str(ds.db_path)  # a MongoDB data set: schema "source"
+    meta = ds.schema.to_dict() | {"max_hops": ds.graph.max_hops, "db_path": db_path}
     write_json(out / "schema.json", meta)
     save_samples(out / "samples.jsonl", ds.samples)
     if summary is not None:

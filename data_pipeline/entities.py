@@ -134,8 +134,14 @@ def column_stats(conn: sqlite3.Connection, schema: Schema, table: Table) -> list
 
 
 def profile_table(conn: sqlite3.Connection, schema: Schema, table: Table) -> TableProfile:
-    """Sort the columns of ``table`` into roles (see :class:`TableProfile`)."""
-    stats = [s for s in column_stats(conn, schema, table) if s.non_null > 0]
+    """Sort the columns of ``table`` into roles (see :class:`TableProfile`), reading SQLite."""
+    return profile_columns(table, column_stats(conn, schema, table))
+
+
+def profile_columns(table: Table, column_stats: Sequence[ColumnStats]) -> TableProfile:
+    """Sort the columns of ``table`` into roles from their statistics (any backend's
+    ``column_stats``; see :class:`TableProfile`)."""
+    stats = [s for s in column_stats if s.non_null > 0]
     text = [s for s in stats if s.column.is_text and not s.is_key]
     short_text = [s for s in text if s.mean_length <= MAX_ENTITY_LENGTH and s.distinct >= 1]
 

@@ -14,6 +14,17 @@ then runs on the copy, ``schema.json`` records the copy as ``db_path``, the summ
 ``synthesized_tables`` and a warning names them. With ``synthesize_empty=False``
 (``--no-synthesize-empty``), or for paths whose joins still match no rows, a path that cannot have
 a question whose gold SQL returns rows is skipped with a warning naming it.
+
+MongoDB (``backend="mongodb"``, ``--backend mongodb --uri mongodb://HOST:PORT/DATABASE``): the
+schema is read from the server (:func:`~data_pipeline.backends.mongodb.introspect_mongodb`), the
+stages read values with aggregations, and every sample's gold aggregation pipeline runs on the
+server (its JSON is ``meta["pipeline"]``, its SQL twin ``sql``; see :mod:`data_pipeline.stages`).
+The server is only read, so empty collections are not filled: paths through them are skipped with
+a warning (copy a built data set instead, ``python -m data_pipeline.mongo_load --db DATA_DIR``,
+to have its synthetic rows). ``schema.json`` records ``backend`` and ``source`` (the URI without
+its password) and an empty ``db_path``. A copy of a SQLite database made by
+:mod:`data_pipeline.mongo_load` gives the same samples as a build on that SQLite file with the
+same options (same schema, values, order of candidates and gold answers).
 """
 
 from __future__ import annotations
@@ -27,16 +38,15 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from data_pipeline.backends.sqlite import connect_readonly
+from data_pipeline.backends.registry import Backend, check_backend_options, load_backend, open_backend
 from data_pipeline.dataset import BuiltDataset, save_dataset
 from data_pipeline.datasets import SAMPLE_NAMES, description_file, resolve_database
-from data_pipeline.entities import profile_table
+from data_pipeline.entities import profile_columns
 from data_pipeline.errors import ConfigError, DataError
 from data_pipeline.graph import DEFAULT_MAX_HOPS, JoinPath, SchemaGraph
 from data_pipeline.io import ensure_writable_dir
 from data_pipeline.paraphrase import LLMParaphraser, Paraphraser, RuleParaphraser
 from data_pipeline.samples import DIFFICULTIES, LANGUAGES, SPLITS
-from data_pipeline.schema import introspect
 from data_pipeline.splits import assign_splits
 from data_pipeline.stages import StageContext, run_stages
 from data_pipeline.synthesize import ROWS_PER_TABLE, synthesize_rows
@@ -53,10 +63,14 @@ SYNTHESIZED_DB = "database.sqlite"
 class BuildConfig:
     """Generate routing questions with gold paths and gold SQL for one database."""
 
-    db: str
-    """Sample name (northwind, chinook) or path to a SQLite file."""
     out: Path
     """Output folder (created; schema.json, samples.jsonl and summary.json are replaced)."""
+    db: str | None = None
+    """Sample name (northwind, chinook) or path to a SQLite file; with --backend mongodb, the database name on the server when --uri names none."""
+    backend: str = "sqlite"
+    """Database kind: sqlite (--db) or mongodb (--uri); gold queries are SQL or aggregation pipelines that run on it."""
+    uri: str | None = None
+    """MongoDB URI for --backend mongodb, e.g. mongodb://127.0.0.1:27017/northwind (the server is only read)."""
     descriptions: Path | None = None
     """Description sidecar JSON (English/Chinese names); samples use their packaged one."""
     max_hops: int = DEFAULT_MAX_HOPS
@@ -81,6 +95,7 @@ class BuildConfig:
     """Synthetic rows per empty table (with --synthesize-empty)."""
 
     def __post_init__(self) -> None:
+        check_backend_options(self.backend, self.db, self.uri)
         langs = self.language_list
         bad = [x for x in langs if x not in LANGUAGES]
         if bad or not langs:
@@ -104,10 +119,11 @@ class BuildConfig:
         return tuple(dict.fromkeys(x.strip() for x in self.languages.split(",") if x.strip()))
 
 
-def usable_paths(graph: SchemaGraph, conn: Any) -> tuple[list[JoinPath], list[dict[str, str]], list[str]]:
+def usable_paths(graph: SchemaGraph, backend: Backend) -> tuple[list[JoinPath], list[dict[str, str]], list[str]]:
     """Split the legal paths into usable ones and skipped ones (with reasons), plus warnings.
 
-    A path is skipped when a table on it has no rows, or when its joins match no row.
+    A path is skipped when a table on it has no rows, or when its joins match no row
+    (``backend.has_rows``).
     """
     empty = [t.name for t in graph.schema.tables if t.row_count == 0]
     usable, skipped, notes = [], [], []
@@ -116,7 +132,7 @@ def usable_paths(graph: SchemaGraph, conn: Any) -> tuple[list[JoinPath], list[di
         if hit:
             skipped.append({"path": str(p), "reason": f"empty table {', '.join(hit)}"})
             continue
-        if conn.execute(f"SELECT 1 {graph.from_clause(p)} LIMIT 1").fetchone() is None:
+        if not backend.has_rows(graph, p):
             skipped.append({"path": str(p), "reason": "joins match no rows"})
             continue
         usable.append(p)
@@ -143,55 +159,32 @@ def build_dataset(cfg: BuildConfig) -> tuple[BuiltDataset, dict[str, Any]]:
 
     Raises:
         Route2SQLError: ``cfg.out`` cannot be written (checked before any work).
-        SchemaError: the database is missing, not SQLite, has no tables, or is an unknown sample.
+        SchemaError: the database is missing, not SQLite, has no tables, or is an unknown sample;
+            the MongoDB server cannot be reached or the database has no collections.
         DataError: the sidecar is malformed, or no legal path has rows to ask about.
-        ConfigError: the LLM endpoint cannot be reached (only with ``--llm-base-url``).
+        ConfigError: the LLM endpoint cannot be reached (only with ``--llm-base-url``); a
+            malformed MongoDB URI.
 
     Warns (UserWarning): a schema without foreign keys; tables without rows (filled with
-    synthetic rows in ``cfg.out/database.sqlite``, or with ``synthesize_empty=False`` the paths
-    skipped).
+    synthetic rows in ``cfg.out/database.sqlite``, or with ``synthesize_empty=False`` or on
+    MongoDB the paths skipped); ambiguous inferred MongoDB references.
     """
     start = time.perf_counter()
     out = ensure_writable_dir(cfg.out)
-    db_path = resolve_database(cfg.db)
-    is_sample = str(cfg.db) in SAMPLE_NAMES and not Path(cfg.db).exists()
-    name = str(cfg.db) if is_sample else db_path.stem
-    sidecar = cfg.descriptions if cfg.descriptions is not None else (description_file(name) if is_sample else None)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        schema = introspect(db_path, descriptions=sidecar, name=name)
-    notes = [str(w.message) for w in caught]
-    source_db = db_path
-    synthesized: dict[str, int] = {}
-    empty = [t.name for t in schema.tables if t.row_count == 0]
-    if empty and cfg.synthesize_empty:
-        db_path = out / SYNTHESIZED_DB
-        report = synthesize_rows(source_db, db_path, tables=empty, rows_per_table=cfg.synthetic_rows, seed=cfg.seed)
-        synthesized = report.rows
-        filled = ", ".join(f"{t} {n}" for t, n in synthesized.items())
-        notes.append(
-            f"tables without rows: {', '.join(empty)}; synthetic rows ({filled}) written to a copy, {db_path} "
-            f"(the input {source_db} is unchanged)"
-        )
-        notes += [f"synthetic rows: {n}" for n in report.notes]
-        if report.fk_violations:
-            notes.append(f"synthetic rows break foreign keys: {report.fk_violations}")
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # already reported for the input
-            schema = introspect(db_path, descriptions=sidecar, name=name)
+    backend, name, notes, synthesized, source = _open(cfg, out)
+    schema = backend.introspect()
     graph = SchemaGraph(schema, max_hops=cfg.max_hops)
-    conn = connect_readonly(db_path)
     try:
-        paths, skipped, path_notes = usable_paths(graph, conn)
+        paths, skipped, path_notes = usable_paths(graph, backend)
         notes += path_notes
         if not paths:
-            raise DataError("no legal path has rows to ask about (every table on them is empty)", where=db_path)
-        profiles = {t.name: profile_table(conn, schema, t) for t in schema.tables if t.row_count > 0}
+            raise DataError("no legal path has rows to ask about (every table on them is empty)", where=backend.location)
+        profiles = {t.name: profile_columns(t, backend.column_stats(schema, t)) for t in schema.tables if t.row_count > 0}
         ctx = StageContext(
             schema=schema,
             graph=graph,
             db_name=name,
-            conn=conn,
+            backend=backend,
             paths=tuple(paths),
             profiles=profiles,
             languages=cfg.language_list,
@@ -203,19 +196,74 @@ def build_dataset(cfg: BuildConfig) -> tuple[BuiltDataset, dict[str, Any]]:
         )
         samples = run_stages(ctx)
     finally:
-        conn.close()
+        backend.close()
     if not samples:
-        raise DataError("no question's gold SQL returned rows; nothing to write", where=db_path)
+        raise DataError("no question's gold query returned rows; nothing to write", where=backend.location)
     samples = [replace(s, id=f"{name}-{i}") for i, s in enumerate(samples)]
     samples = assign_splits(samples, heldout_template_ids(), seed=cfg.seed)
+    db_path = Path(backend.location) if backend.kind == "sqlite" else Path()
     ds = BuiltDataset(schema, graph, samples, db_path)
     summary = summarize(
-        ds, cfg, skipped, ctx.counters, notes, time.perf_counter() - start, synthesized=synthesized, source_db=source_db
+        ds, cfg, skipped, ctx.counters, notes, time.perf_counter() - start, synthesized=synthesized, source_db=source,
+        location=backend.location,
     )
     save_dataset(out, ds, summary)
     for note in notes:
         warnings.warn(note, UserWarning, stacklevel=2)
     return ds, summary
+
+
+def _open(cfg: BuildConfig, out: Path) -> tuple[Backend, str, list[str], dict[str, int], str]:
+    """The backend the build reads, with ``(backend, name, notes, synthesized rows, source)``.
+
+    SQLite: a sample name or file, its sidecar, and (with ``synthesize_empty``) a copy in ``out``
+    with synthetic rows in empty tables. MongoDB: the server's database, read as it is.
+    Introspection warnings become notes.
+    """
+    notes: list[str] = []
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        if cfg.backend == "mongodb":
+            backend: Backend = open_backend("mongodb", cfg.db, cfg.uri, descriptions=cfg.descriptions)
+        else:
+            db_path = resolve_database(str(cfg.db))
+            is_sample = str(cfg.db) in SAMPLE_NAMES and not Path(str(cfg.db)).exists()
+            name = str(cfg.db) if is_sample else db_path.stem
+            sidecar = cfg.descriptions if cfg.descriptions is not None else (description_file(name) if is_sample else None)
+            backend = load_backend("sqlite", db_path, descriptions=sidecar, name=name)
+        try:
+            schema = backend.introspect()
+        except BaseException:
+            backend.close()
+            raise
+    notes += [str(w.message) for w in caught]
+    source = backend.location
+    empty = [t.name for t in schema.tables if t.row_count == 0]
+    if backend.kind == "mongodb":
+        if empty:
+            notes.append(
+                f"collections without documents: {', '.join(empty)}; the server is only read, so paths through them are "
+                "skipped (python -m data_pipeline.mongo_load --db DATA_DIR copies a built data set with synthetic rows)"
+            )
+        return backend, schema.name, notes, {}, source
+    if not (empty and cfg.synthesize_empty):
+        return backend, schema.name, notes, {}, source
+    backend.close()
+    copy = out / SYNTHESIZED_DB
+    report = synthesize_rows(source, copy, tables=empty, rows_per_table=cfg.synthetic_rows, seed=cfg.seed)
+    filled = ", ".join(f"{t} {n}" for t, n in report.rows.items())
+    notes.append(
+        f"tables without rows: {', '.join(empty)}; synthetic rows ({filled}) written to a copy, {copy} "
+        f"(the input {source} is unchanged)"
+    )
+    notes += [f"synthetic rows: {n}" for n in report.notes]
+    if report.fk_violations:
+        notes.append(f"synthetic rows break foreign keys: {report.fk_violations}")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # already reported for the input
+        backend = load_backend("sqlite", copy, descriptions=sidecar, name=name)
+        backend.introspect()
+    return backend, name, notes, dict(report.rows), source
 
 
 def _share(part: int, whole: int) -> float:
@@ -231,7 +279,8 @@ def summarize(
     elapsed_s: float,
     *,
     synthesized: dict[str, int] | None = None,
-    source_db: Path | None = None,
+    source_db: str | Path | None = None,
+    location: str | None = None,
 ) -> dict[str, Any]:
     """The numbers saved as ``summary.json`` and printed by the command.
 
@@ -240,9 +289,10 @@ def summarize(
     ``null_via_share`` (of paths and of samples); ``languages``; ``entity_kinds`` (real/fuzzy)
     and ``fuzz_kinds``; ``difficulty``; ``families``; ``splits``; ``templates`` (used, held out);
     ``dropped`` (total and by reason); ``gold_sql`` (min rows, share with rows); ``warnings``;
-    ``config``; ``elapsed_s``; ``db_path`` (the database the gold SQL runs on), ``source_db``
-    (the database given) and ``synthesized_tables`` (table -> synthetic rows; empty when
-    ``db_path`` is ``source_db``).
+    ``config``; ``elapsed_s``; ``backend``; ``db_path`` (the database the gold queries run on:
+    ``location`` when given, e.g. a MongoDB URI, else ``ds.db_path``), ``source_db`` (the
+    database given) and ``synthesized_tables`` (table -> synthetic rows; empty when ``db_path``
+    is ``source_db``).
     """
     samples = ds.samples
     n = len(samples)
@@ -259,8 +309,9 @@ def summarize(
     train_templates = {s.template_id for s in samples if s.split != "test_heldout"}
     return {
         "db": ds.schema.name,
-        "db_path": str(ds.db_path),
-        "source_db": str(source_db if source_db is not None else ds.db_path),
+        "backend": ds.schema.backend,
+        "db_path": location if location is not None else str(ds.db_path),
+        "source_db": str(source_db if source_db is not None else (location or ds.db_path)),
         "synthesized_tables": dict(synthesized or {}),
         "schema_fingerprint": ds.schema.fingerprint(),
         "n_samples": n,
@@ -305,6 +356,7 @@ def summarize(
         },
         "warnings": notes,
         "config": {
+            "backend": cfg.backend,
             "seed": cfg.seed,
             "max_hops": cfg.max_hops,
             "samples_per_path": cfg.samples_per_path,

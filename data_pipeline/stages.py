@@ -10,33 +10,37 @@ batch (the contract is :class:`Stage`); :data:`STAGES` lists them in order:
    ``samples_per_path`` per path; a variant keeps its seed's template id and plan.
 3. :func:`fill_entities` — a real value for ``{E1}`` from the anchor table (drawn among values
    that reach the target through the path, so the gold SQL returns rows) and for ``{E2}``; the
-   gold SQL; execution on a read-only connection (samples with no rows are dropped and counted);
+   gold SQL; execution of the backend's gold query (the SQL itself on SQLite, its aggregation
+   pipeline on MongoDB) read-only (samples with no rows are dropped and counted);
    then about ``1 - real_fraction`` of each language's samples get a fuzzy surface instead (a
    partial surface always names one value of its column: :func:`~data_pipeline.entities.fuzz`).
 4. :func:`grade_difficulty` — ``easy``/``medium``/``hard`` (rule in :func:`difficulty`).
 
 Between stages, ``Sample.meta`` carries ``seed`` (the id of the seed question a variant comes
 from), ``plan`` (:class:`~data_pipeline.gold.Plan` as a dict) and ``paraphrase`` (the rules
-applied, None for a seed). These stay in the written records.
+applied, None for a seed); on MongoDB also ``pipeline``, the gold aggregation (JSON text, see
+:mod:`data_pipeline.backends.mongo_pipeline`) that ran on the server, whose SQL twin is ``sql``.
+These stay in the written records.
+
+Stages read the database only through ``ctx.backend`` (a
+:class:`~data_pipeline.backends.registry.Backend`), so they run unchanged on SQLite and MongoDB.
 """
 
 from __future__ import annotations
 
 import math
 import random
-import sqlite3
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field, replace
-from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-from data_pipeline.backends.sqlite import execute_readonly
+from data_pipeline.backends.mongo_pipeline import Condition
 from data_pipeline.entities import TableProfile, fuzz, fuzzable
-from data_pipeline.gold import Plan, col, gold_sql
+from data_pipeline.gold import Plan, gold_sql
 from data_pipeline.graph import JoinPath, SchemaGraph
 from data_pipeline.paraphrase import Paraphraser
 from data_pipeline.samples import Entity, Sample
-from data_pipeline.schema import Schema, quote_ident
+from data_pipeline.schema import Schema
 from data_pipeline.templates import (
     AGG_WORDS,
     FAMILIES_BY_SCOPE,
@@ -45,6 +49,9 @@ from data_pipeline.templates import (
     templates_for,
     tidy,
 )
+
+if TYPE_CHECKING:
+    from data_pipeline.backends.registry import Backend
 
 MIN_SEEDS_PER_PATH = 3
 """Every usable path gets at least this many seed questions."""
@@ -61,7 +68,7 @@ class StageContext:
     Attributes:
         schema, graph: the schema and its graph.
         db_name: schema name used in sample ids (``northwind``).
-        conn: a read-only connection to the database (``connect_readonly``).
+        backend: the database, read-only (:func:`~data_pipeline.backends.registry.load_backend`).
         paths: the legal paths questions are generated for (paths through empty tables removed).
         profiles: column roles of every non-empty table (:func:`~data_pipeline.entities.profile_table`).
         languages: ``("en", "zh")`` or a subset.
@@ -76,7 +83,7 @@ class StageContext:
     schema: Schema
     graph: SchemaGraph
     db_name: str
-    conn: sqlite3.Connection
+    backend: Backend
     paths: tuple[JoinPath, ...]
     profiles: dict[str, TableProfile]
     languages: tuple[str, ...]
@@ -91,10 +98,6 @@ class StageContext:
     def rng(self, stage: str) -> random.Random:
         """A generator for ``stage`` seeded from ``(seed, stage)``: stages do not disturb each other."""
         return random.Random(f"{self.seed}:{stage}")
-
-    @property
-    def db_path(self) -> Path:
-        return Path(self.schema.source)
 
     @property
     def seeds_per_path(self) -> int:
@@ -276,20 +279,14 @@ def _candidates(ctx: StageContext, path: JoinPath, plan: Plan, value: Any = None
     key = (path, plan.entity_column, tuple(needed), plan.filter_column if value is not None else None, value)
     if key in ctx._values:
         return ctx._values[key]
-    a, t = path.anchor, path.target
-    conds = [f"{col(a, plan.entity_column)} IS NOT NULL"] + [f"{col(t, c)} IS NOT NULL" for c in needed]
+    t = len(path.tables) - 1
+    where = [Condition(0, plan.entity_column, "IS NOT NULL")] + [Condition(t, c, "IS NOT NULL") for c in needed]
     if value is None:
-        what = col(a, plan.entity_column)
-        params: tuple[Any, ...] = ()
+        column = (0, plan.entity_column)
     else:
-        what = col(t, str(plan.filter_column))
-        conds += [f"{col(a, plan.entity_column)} = ?", f"{what} IS NOT NULL"]
-        params = (value,)
-    sql = (
-        f"SELECT DISTINCT {what} {ctx.graph.from_clause(path)} WHERE {' AND '.join(conds)} "
-        f"AND typeof({what}) IN ('text', 'integer', 'real') ORDER BY 1"
-    )
-    values = [r[0] for r in ctx.conn.execute(sql, params)]
+        column = (t, str(plan.filter_column))
+        where += [Condition(0, plan.entity_column, "=", value), Condition(t, str(plan.filter_column), "IS NOT NULL")]
+    values = ctx.backend.distinct_values(ctx.graph, path, column, where)
     ctx._values[key] = values
     return values
 
@@ -298,9 +295,7 @@ def _column_values(ctx: StageContext, table: str, column: str) -> list[str]:
     """The distinct non-null values of ``table.column`` as text (cached in the context)."""
     key = ("column", table, column)
     if key not in ctx._values:
-        q = quote_ident(column)
-        rows = ctx.conn.execute(f"SELECT DISTINCT {q} FROM {quote_ident(table)} WHERE {q} IS NOT NULL")
-        ctx._values[key] = [str(r[0]) for r in rows]
+        ctx._values[key] = ctx.backend.column_values(table, column)
     return ctx._values[key]
 
 
@@ -368,7 +363,9 @@ def fill_entities(samples: list[Sample], ctx: StageContext) -> list[Sample]:
             second = _threshold(raw) if plan.filter_op == ">=" else raw
             entities.append(Entity(s.path.target, plan.filter_column, second, _show(second), "real", None))
         sql = gold_sql(ctx.graph, s.path, plan, value, second)
-        res = execute_readonly(ctx.conn, sql, timeout_s=ctx.timeout_s)
+        draft = replace(s, sql=sql, entities=tuple(entities))
+        query = ctx.backend.gold_query(draft, ctx.graph)
+        res = ctx.backend.execute(query, timeout_s=ctx.timeout_s)
         if not res.ok:
             ctx.counters["dropped/sql_error"] += 1
             continue
@@ -378,7 +375,8 @@ def fill_entities(samples: list[Sample], ctx: StageContext) -> list[Sample]:
         if plan.aggregates and res.rows[0][0] in (None, 0):
             ctx.counters["dropped/empty_aggregate"] += 1
             continue
-        kept.append(replace(s, sql=sql, entities=tuple(entities), entity_kind="real", n_rows=len(res.rows)))
+        meta = s.meta if query == sql else {**s.meta, "pipeline": query}
+        kept.append(replace(draft, entity_kind="real", n_rows=len(res.rows), meta=meta))
 
     # fuzzy surfaces: per language, about (1 - real_fraction) of the samples, drawn among fuzzable ones
     fuzzy_at: dict[int, tuple[str, str]] = {}

@@ -19,6 +19,14 @@ rule: rows as a multiset, order only when the gold query has ORDER BY), ``execut
 row F1), ``empty_result_rate`` (the query runs and returns nothing) and ``latency_ms`` per
 question. Outputs in ``--out``: ``ab_results.json``, ``report.md``, ``routing.png``,
 ``execution.png`` and ``failures.csv`` (one row per wrong route or wrong result).
+
+MongoDB: ``--backend mongodb --uri mongodb://HOST:PORT/DATABASE`` reads the schema from the server,
+checks that it is the data set's (same fingerprint) and routes over it. The generator writes SQL,
+scored on SQLite, so generation is refused there and for a data set built with ``--backend
+mongodb``: pass ``--generator ""`` to run the routing methods only, e.g.::
+
+    python -m evaluation.ab --data runs/data/nw-mongo --backend mongodb \\
+        --uri mongodb://127.0.0.1:27017/northwind --sft-router runs/router_sft --methods sft --generator ""
 """
 
 from __future__ import annotations
@@ -29,10 +37,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from data_pipeline.backends.registry import check_backend_options, open_backend
 from data_pipeline.cli import parse, run_main
 from data_pipeline.dataset import BuiltDataset, load_dataset
 from data_pipeline.errors import ConfigError
-from data_pipeline.graph import JoinPath
+from data_pipeline.graph import JoinPath, SchemaGraph
 from data_pipeline.io import ensure_writable_dir
 from data_pipeline.samples import SPLITS, Sample
 from router.evaluate import PathPredictor, path_metrics
@@ -47,6 +56,10 @@ class ABConfig:
 
     data: str
     """Data set folder written by ``python -m data_pipeline.build``."""
+    backend: str = "sqlite"
+    """Database the routers read the schema from: sqlite (the data set's own schema) or mongodb (--uri; must hold the data set's schema)."""
+    uri: str | None = None
+    """MongoDB URI for --backend mongodb, e.g. mongodb://127.0.0.1:27017/northwind."""
     out: str = "runs/ab"
     """Folder for ab_results.json, report.md, the plots and failures.csv."""
     split: str = "test"
@@ -91,6 +104,39 @@ class ABConfig:
                 raise ConfigError(f"unknown condition {c!r}; choose from {', '.join(CONDITIONS)}", where="--conditions")
         if self.max_samples < 0 or self.generation_samples < 0:
             raise ConfigError("must be >= 0", where="--max-samples/--generation-samples")
+        check_backend_options(self.backend, None, self.uri, db_required=False)
+        if self.backend == "mongodb" and self.generates:
+            raise ConfigError(NO_GENERATION_ON_MONGODB, where="--generator")
+
+    @property
+    def generates(self) -> bool:
+        """Whether SQL generation runs (a generator and at least one condition)."""
+        return bool(self.generator and self.conditions)
+
+
+NO_GENERATION_ON_MONGODB = (
+    'the generator writes SQL, scored on SQLite; on MongoDB pass --generator "" to evaluate the routing methods only'
+)
+
+
+def server_dataset(cfg: ABConfig, ds: BuiltDataset) -> BuiltDataset:
+    """``ds`` with the schema read from ``cfg.uri`` (``--backend mongodb``), or ``ds`` itself for sqlite.
+
+    Raises:
+        ConfigError: the server's schema has another fingerprint than the data set's
+            (``where="--uri"``). SchemaError: the server cannot be reached.
+    """
+    if cfg.backend != "mongodb":
+        return ds
+    with open_backend("mongodb", None, cfg.uri) as backend:
+        schema = backend.introspect()
+    if schema.fingerprint() != ds.schema.fingerprint():
+        raise ConfigError(
+            f"the server's schema {schema.name!r} (fingerprint {schema.fingerprint()}) is not the data set's "
+            f"{ds.schema.name!r} (fingerprint {ds.schema.fingerprint()}) in {cfg.data}",
+            where="--uri",
+        )
+    return BuiltDataset(schema, SchemaGraph(schema, max_hops=ds.graph.max_hops), ds.samples, ds.db_path)
 
 
 def select_samples(samples: Sequence[Sample], n: int) -> list[Sample]:
@@ -270,13 +316,17 @@ def evaluate(cfg: ABConfig, extra_methods: dict[str, PathPredictor] | None = Non
 
     out = ensure_writable_dir(cfg.out)
     ds = load_dataset(cfg.data)
+    if ds.schema.backend == "mongodb" and cfg.generates:
+        raise ConfigError(f"{cfg.data} was built on MongoDB; {NO_GENERATION_ON_MONGODB}", where="--generator")
+    ds = server_dataset(cfg, ds)
     samples = select_samples(ds.split(cfg.split), cfg.max_samples)
     if not samples:
         raise ConfigError(f"split {cfg.split!r} of {cfg.data} has no samples", where="--split")
     routing, predictions = run_routing(cfg, ds, samples, extra_methods)
     results: dict[str, Any] = {
         "config": asdict(cfg),
-        "dataset": {"name": ds.schema.name, "split": cfg.split, "n": len(samples), "db_path": str(ds.db_path)},
+        "dataset": {"name": ds.schema.name, "split": cfg.split, "n": len(samples), "db_path": str(ds.db_path),
+                    "backend": cfg.backend, "schema_source": ds.schema.source},
         "routing": routing,
         "generation": {},
         "notes": [],
@@ -285,7 +335,7 @@ def evaluate(cfg: ABConfig, extra_methods: dict[str, PathPredictor] | None = Non
         if m not in routing:
             results["notes"].append(f"routing method {m!r} skipped: no checkpoint given")
     gen_rows: dict[str, list[dict[str, Any]]] = {}
-    if cfg.generator and cfg.conditions:
+    if cfg.generates:
         gen_samples = select_samples(samples, cfg.generation_samples)
         index = {s.id: i for i, s in enumerate(samples)}
         best = best_routing_method(predictions)

@@ -72,7 +72,7 @@ from data_pipeline.errors import ConfigError, DataError, QueryRejected, SchemaEr
 from data_pipeline.gold import Plan
 from data_pipeline.graph import JoinPath, SchemaGraph
 from data_pipeline.samples import Sample
-from data_pipeline.schema import Schema
+from data_pipeline.schema import Column, Schema, Table
 
 READ_STAGES = frozenset(
     {
@@ -479,6 +479,39 @@ def _match(conds: list[Condition], path_of: Any) -> dict[str, Any]:
 def gold_pipeline(sample: Sample, graph: SchemaGraph) -> MongoQuery:
     """The aggregation pipeline answering ``sample`` (:func:`sample_query` then :func:`build_pipeline`)."""
     return build_pipeline(sample_query(sample, graph))
+
+
+def column_stats_pipeline(schema: Schema, table: Table) -> tuple[MongoQuery, list[Column], set[str]]:
+    """One ``$group`` over ``table`` giving, per non-BLOB column, what
+    :func:`data_pipeline.entities.column_stats` asks SQLite for: ``(query, columns, key columns)``.
+
+    The single output document holds, for column ``i``, ``n<i>`` the non-null count, ``d<i>`` the
+    distinct non-null count and ``l<i>`` the mean length (code points) of its text values (SQLite's
+    ``AVG(LENGTH(x))`` also measures numbers written out; only text columns use it). An empty
+    collection gives no row.
+
+    >>> s = Schema("s", (Table("t", (Column("id", "INTEGER", True), Column("name", "TEXT"))),), ())
+    >>> q, cols, keys = column_stats_pipeline(s, s.tables[0])
+    >>> [c.name for c in cols], sorted(keys), list(q.pipeline[-1]["$project"])
+    (['id', 'name'], ['id'], ['_id', 'n0', 'd0', 'l0', 'n1', 'd1', 'l1'])
+
+    Raises:
+        SchemaError: a column name that cannot be a field path (``.`` or a leading ``$``).
+    """
+    from data_pipeline.entities import key_columns
+
+    cols = [c for c in table.columns if "BLOB" not in c.type.upper()]
+    group: dict[str, Any] = {"_id": None}
+    project: dict[str, Any] = {"_id": 0}
+    for i, c in enumerate(cols):
+        if not c.name or "." in c.name or c.name.startswith("$"):
+            raise SchemaError(f"field {c.name!r} of {table.name} cannot be used in a field path")
+        f = "$" + c.name
+        group[f"n{i}"] = {"$sum": {"$cond": [{"$in": [{"$type": f}, ["missing", "null"]]}, 0, 1]}}
+        group[f"d{i}"] = {"$addToSet": f}
+        group[f"l{i}"] = {"$avg": {"$cond": [{"$eq": [{"$type": f}, "string"]}, {"$strLenCP": f}, None]}}
+        project |= {f"n{i}": 1, f"d{i}": {"$size": {"$setDifference": [f"$d{i}", [None]]}}, f"l{i}": 1}
+    return MongoQuery(table.name, [{"$group": group}, {"$project": project}]), cols, key_columns(schema, table)
 
 
 # ---------------------------------------------------------------------------- SQL -> PathQuery
