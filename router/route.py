@@ -24,14 +24,16 @@ one :meth:`RoutedPath.to_dict` per line.
 MongoDB: ``--backend mongodb --uri mongodb://HOST:PORT/DATABASE`` routes over the schema read from
 the server (:func:`~data_pipeline.backends.registry.open_backend`). A copy made by
 ``python -m data_pipeline.mongo_load`` has the SQLite schema's fingerprint, so a router trained on
-the SQLite database loads on it without ``--retarget``.
+the SQLite database loads on it without ``--retarget``. Each route's ``skeleton`` is then the
+path's ``$lookup`` pipeline (JSON, :func:`~data_pipeline.backends.mongo_pipeline.skeleton_pipeline`)
+instead of SQL.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -62,7 +64,8 @@ class RoutedPath:
         anchor_prob: p(anchor) (marginal over legal paths).
         via_prob: p(via | anchor).
         target_prob: p(target | anchor, via); ``prob == anchor_prob * via_prob * target_prob``.
-        skeleton: executable join skeleton of ``path`` (``SELECT COUNT(*) FROM ... JOIN ...``).
+        skeleton: executable join skeleton of ``path`` (``SELECT COUNT(*) FROM ... JOIN ...``;
+            from ``python -m router.route --backend mongodb``, the same as an aggregation pipeline).
         top_k: the ``k`` most probable paths with their probabilities, best first
             (``top_k[0]`` is ``(path, prob)``).
     """
@@ -392,6 +395,7 @@ class RouteConfig:
 
 def _print_routes(routes: Sequence[RoutedPath], graph: SchemaGraph) -> None:
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table as RichTable
 
     console = Console()
@@ -405,7 +409,16 @@ def _print_routes(routes: Sequence[RoutedPath], graph: SchemaGraph) -> None:
         for i, (p, q) in enumerate(r.top_k[1:], 2):
             table.add_row(str(i), p.anchor, p.via_key, p.target, f"{q:.3f}")
         console.print(table)
-        console.print(f"[bold]skeleton:[/bold] {r.skeleton}")
+        console.print(f"[bold]skeleton:[/bold] {escape(r.skeleton)}")  # a pipeline's JSON holds brackets
+
+
+def _for_backend(cfg: RouteConfig, router: Router, routes: list[RoutedPath]) -> list[RoutedPath]:
+    """On ``--backend mongodb``, each route's skeleton as its ``$lookup`` pipeline (JSON) instead of SQL."""
+    if cfg.backend != "mongodb":
+        return routes
+    from data_pipeline.backends.mongo_pipeline import skeleton_pipeline
+
+    return [replace(r, skeleton=skeleton_pipeline(router.graph, r.path).to_json()) for r in routes]
 
 
 def main(args: Sequence[str] | None = None) -> list[RoutedPath]:
@@ -423,7 +436,7 @@ def main(args: Sequence[str] | None = None) -> list[RoutedPath]:
         cfg.router, schema_src, retarget=cfg.retarget, max_hops=cfg.max_hops, descriptions=cfg.descriptions
     )
     if cfg.file is None:
-        routes = router.route_batch(list(cfg.questions), top_k=cfg.top_k, batch_size=cfg.batch_size)
+        routes = _for_backend(cfg, router, router.route_batch(list(cfg.questions), top_k=cfg.top_k, batch_size=cfg.batch_size))
         _print_routes(routes, router.graph)
         return routes
     records = read_jsonl(cfg.file)
@@ -439,7 +452,7 @@ def main(args: Sequence[str] | None = None) -> list[RoutedPath]:
             router.graph.check_path(gold, where=str(cfg.file), line=line)
         golds.append(gold)
     try:
-        routes = router.route_batch(questions, top_k=cfg.top_k, batch_size=cfg.batch_size)
+        routes = _for_backend(cfg, router, router.route_batch(questions, top_k=cfg.top_k, batch_size=cfg.batch_size))
     except DataError as exc:
         raise DataError(exc.message, where=cfg.file, line=exc.line) from exc
     out_records = []

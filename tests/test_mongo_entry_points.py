@@ -21,6 +21,7 @@ import pytest
 
 from data_pipeline import BuildConfig, build_dataset, load_dataset
 from data_pipeline.backends.mongo_pipeline import execute_pipeline
+from data_pipeline.backends.sqlite import execute_readonly
 from data_pipeline.build import main as build_main
 from data_pipeline.cli import run_main
 from data_pipeline.errors import CheckpointError, ConfigError
@@ -169,6 +170,12 @@ def test_route_command_line_reads_the_schema_from_the_server(server, shop, mongo
     question = "which products did the customer Bob Chen buy"
     on_mongo = route_main(["--router", str(router_dir), "--backend", "mongodb", "--uri", mongo_shop["uri"],
                            "--threads", "1", question])  # no --retarget: the copy has the SQLite fingerprint
+    skeleton = json.loads(on_mongo[0].skeleton)  # the path's $lookup pipeline, counting what SQL's skeleton counts
+    assert skeleton["aggregate"] == on_mongo[0].path.anchor
+    graph = load_dataset(shop["sql"]).graph
+    with server.client() as client:
+        count = execute_pipeline(client["shop"], skeleton)
+    assert count.ok and count.rows == execute_readonly(shop["db"], graph.skeleton(on_mongo[0].path)).rows
     assert on_mongo[0].path in load_dataset(shop["sql"]).graph.legal_paths
     # file mode over the MongoDB-built samples: the same answers as over the SQLite ones
     outs = {}

@@ -476,6 +476,19 @@ def _match(conds: list[Condition], path_of: Any) -> dict[str, Any]:
     return {"$match": clauses[0] if len(clauses) == 1 else {"$and": clauses}}
 
 
+def skeleton_pipeline(graph: SchemaGraph, path: JoinPath) -> MongoQuery:
+    """The join skeleton of ``path`` as a pipeline: the twin of ``graph.skeleton(path)``
+    (``SELECT COUNT(*) FROM ... JOIN ...``), one ``$lookup`` + ``$unwind`` per hop, then the count.
+
+    >>> from data_pipeline.schema import Schema, Table, Column, ForeignKey
+    >>> s = Schema("s", (Table("a", (Column("id", primary_key=True),)), Table("b", (Column("id"), Column("a_id")))),
+    ...            (ForeignKey("b", "a_id", "a", "id"),))
+    >>> [next(iter(st)) for st in skeleton_pipeline(SchemaGraph(s), JoinPath("a", (), "b")).pipeline]
+    ['$replaceRoot', '$match', '$lookup', '$unwind', '$facet', '$unwind', '$project']
+    """
+    return build_pipeline(PathQuery(path.tables, path_joins(graph, path), (), (Output(None, None, "count"),)))
+
+
 def gold_pipeline(sample: Sample, graph: SchemaGraph) -> MongoQuery:
     """The aggregation pipeline answering ``sample`` (:func:`sample_query` then :func:`build_pipeline`)."""
     return build_pipeline(sample_query(sample, graph))
