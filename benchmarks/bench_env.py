@@ -11,7 +11,7 @@ Rows (best of ``--repeats`` unless said; the best is the least disturbed on a sh
 - ``env step, encoder per step``: the same, but the question is encoded by multilingual-e5-small
   inside every step (what precomputing saves); plus the one-off cost of the feature table;
 - ``router PPO update``: ``time/update_s`` of ``python -m router.train_ppo`` (median over a few
-  updates with the default fast preset: 16 envs x 8 steps, 4 epochs); needs ``--init``;
+  updates with the default fast preset: 16 envs x 8 steps, 2 epochs); needs ``--init``;
 - ``SB3 PPO``: env steps per second of ``stable_baselines3.PPO("MultiInputPolicy")`` learning on
   the routing env (hashed features) vs ``PPO("MlpPolicy")`` on ``CartPole-v1``, same settings
   (n_steps 2048, batch 64, 10 epochs), updates included, and their ratio.
@@ -24,6 +24,7 @@ from __future__ import annotations
 import os
 import platform
 import statistics
+import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -34,11 +35,13 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from data_pipeline.cli import parse, run_main
-from data_pipeline.dataset import load_dataset
-from data_pipeline.io import write_json
-from envs import EncoderFeaturizer, FeatureTable, HashedNgramFeaturizer, SchemaRoutingEnv
-from rewards.router import path_reward_components
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the package from this checkout
+
+from data_pipeline.cli import parse, run_main  # noqa: E402
+from data_pipeline.dataset import load_dataset  # noqa: E402
+from data_pipeline.io import write_json  # noqa: E402
+from envs import EncoderFeaturizer, FeatureTable, HashedNgramFeaturizer, SchemaRoutingEnv  # noqa: E402
+from rewards.router import path_reward_components  # noqa: E402
 
 
 @dataclass

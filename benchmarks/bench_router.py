@@ -21,6 +21,7 @@ import json
 import os
 import platform
 import statistics
+import sys
 import tempfile
 import time
 from dataclasses import dataclass
@@ -28,10 +29,12 @@ from pathlib import Path
 
 import torch
 
-from data_pipeline.cli import parse, run_main
-from data_pipeline.dataset import load_dataset
-from router.route import Router
-from router.train_sft import SFTConfig, train
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the package from this checkout
+
+from data_pipeline.cli import parse, run_main  # noqa: E402
+from data_pipeline.dataset import load_dataset  # noqa: E402
+from router.route import Router  # noqa: E402
+from router.train_sft import SFTConfig, train  # noqa: E402
 
 
 @dataclass
