@@ -303,6 +303,10 @@ def train(cfg: PPOConfig) -> PPOResult:
     fp = init_meta.get("schema_fingerprint")
     if fp is not None and fp != ds.schema.fingerprint():
         raise CheckpointError(f"router was trained on schema {init_meta.get('schema_name')!r} ({fp}), data is {ds.schema.name!r}", where=cfg.init)
+    several = {e["fingerprint"]: e["name"] for e in init_meta.get("schemas", [])}  # a multi-schema SFT router
+    if fp is None and several and ds.schema.fingerprint() not in several:
+        names = sorted(several.values())
+        raise CheckpointError(f"router was trained on schemas {names}, not on {ds.schema.name!r}", where=cfg.init)
     policy = RouterPolicy(model, PathSpace(ds.graph))
     policy.eval()  # dropout off in rollout and update alike: ratio == 1 before the first step
     rewards_table = RewardTable(policy.space, cfg.reward)

@@ -202,4 +202,9 @@ def test_init_for_another_schema_is_refused(tiny_router, tmp_path):
     model.save_pretrained(tmp_path / "other", {"schema_fingerprint": "0" * 16, "schema_name": "other"})
     with pytest.raises(CheckpointError, match="trained on schema 'other'"):
         train(tiny_config(tiny_router, tmp_path / "ppo", init=tmp_path / "other"))
+    # a router trained on several schemas (router.train_sft --data a folder of data sets) must know this one
+    several = [{"name": "a", "fingerprint": "0" * 16}, {"name": "b", "fingerprint": "1" * 16}]
+    model.save_pretrained(tmp_path / "several", {"schemas": several})
+    with pytest.raises(CheckpointError, match=r"trained on schemas \['a', 'b'\], not on"):
+        train(tiny_config(tiny_router, tmp_path / "ppo", init=tmp_path / "several"))
     assert meta["schema_fingerprint"] == load_dataset(tiny_router["data"]).schema.fingerprint()
