@@ -2,7 +2,9 @@
 
 Runs the same ~50 SELECT queries (built from the schema: scans, counts, filters, group-bys and
 one query per foreign-key join) through raw ``sqlite3``, :func:`execute_readonly` (a fresh
-read-only connection per call) and :class:`SQLiteExecutor` (one cached connection), then times
+read-only connection per call), :class:`SQLiteExecutor` (one cached connection) and the GRPO
+execution reward (:class:`rewards.sql_execution.ExecutionScorer`: sqlglot gate, run, soft F1 and
+exact match against the cached gold result; each query is its own gold), then times
 how long a cartesian product of the three largest tables runs past its timeout.
 
     python benchmarks/bench_sql_exec.py            # Northwind if it can be built, else a generated DB
@@ -23,6 +25,7 @@ from pathlib import Path
 from data_pipeline.backends.sqlite import SQLiteExecutor, connect_readonly, execute_readonly
 from data_pipeline.cli import parse, run_main
 from data_pipeline.errors import Route2SQLError
+from rewards.sql_execution import ExecutionScorer
 
 
 @dataclass
@@ -129,12 +132,18 @@ def main() -> None:
             def run_cached(sql: str) -> None:
                 assert ex.execute(db, sql).ok
 
-            for fn in (run_raw, run_fresh, run_cached):  # warm the page cache and sqlglot
+            scorer = ExecutionScorer(ex)
+
+            def run_reward(sql: str) -> None:
+                assert scorer.score(db, sql, sql).pred is not None
+
+            for fn in (run_raw, run_fresh, run_cached, run_reward):  # warm the page cache, sqlglot, the gold cache
                 rate(fn, queries, 1)
             rates = {
                 "raw sqlite3 (one connection)": rate(run_raw, queries, args.rounds),
                 "execute_readonly (path, new connection)": rate(run_fresh, queries, args.rounds),
                 "SQLiteExecutor (cached connection)": rate(run_cached, queries, args.rounds),
+                "execution reward (ExecutionScorer.score)": rate(run_reward, queries, args.rounds),
             }
             runaway = "SELECT count(*) FROM " + ", ".join(q(t) for t in largest)
             overshoot: dict[float, list[float]] = {}

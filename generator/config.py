@@ -141,8 +141,8 @@ class GRPOConfig:
     # ---- generation
     num_generations: int = 8
     """G: completions sampled per prompt (one group)."""
-    max_completion_length: int = 128
-    """New tokens per completion at most; also dr_grpo's constant normaliser."""
+    max_completion_length: int = 192
+    """New tokens per completion at most; also dr_grpo's constant normaliser (Northwind's gold answers: median 124, max 180)."""
     temperature: float = 0.9
     """Sampling temperature; log-probs are computed at the same temperature."""
     top_p: float = 1.0
@@ -316,8 +316,8 @@ class GenerateConfig:
     """full or compact routed schema (see train_sft --help); default: what --generator was trained with, else full."""
     max_prompt_tokens: int = 4096
     """Prompts longer than this are cut from the left (the question stays)."""
-    max_new_tokens: int = 160
-    """New tokens per answer at most."""
+    max_new_tokens: int = 192
+    """New tokens per answer at most (Northwind's gold answers: median 124, max 180; 128 cuts 47% of them)."""
     batch_size: int = 4
     """Prompts generated together (left-padded, similar lengths grouped)."""
     temperature: float = 0.0
