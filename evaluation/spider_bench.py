@@ -55,7 +55,7 @@ class SpiderBenchConfig:
     data: Path
     """Folder written by ``python -m evaluation.spider_data --out`` (one data set folder per database)."""
     router: Path | None = None
-    """Router checkpoint (e.g. ``python -m router.train_sft --data`` the same folder); none: baseline only."""
+    """Router checkpoint (e.g. ``python -m router.train_sft --data`` the same folder); needed by method router."""
     out: Path = Path("runs/spider_bench")
     """Folder for spider_results.json, report.md, by_hops.png and predictions.jsonl."""
     methods: tuple[str, ...] = METHODS
@@ -67,7 +67,7 @@ class SpiderBenchConfig:
     db_ids: str = ""
     """Comma-separated database ids to evaluate (default: every dev database)."""
     max_question_tokens: int = 128
-    """Raise the router's question length limit to this many tokens (Spider has a few long questions)."""
+    """Raise the router's question length limit to this many tokens (a longer question is refused, not cut)."""
     threads: int = 0
     """Torch CPU threads (0: all cores)."""
 
