@@ -45,9 +45,9 @@ class DemoConfig:
     """Router PPO updates."""
     eval_samples: int = 0
     """Test questions routed by every method (0 = the whole test split)."""
-    generation_samples: int = 24
-    """Test questions the generator answers under each path condition (0 = all)."""
-    max_new_tokens: int = 128
+    generation_samples: int = 8
+    """Test questions the generator answers under each path condition (0 = all); generation is the slow step."""
+    max_new_tokens: int = 192
     """Tokens per generated answer at most."""
     seed: int = 0
     """Seed of every step."""
