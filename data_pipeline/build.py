@@ -3,6 +3,7 @@
     python -m data_pipeline.build --db northwind --out runs/data/northwind
     python -m data_pipeline.build --db shop.sqlite --descriptions shop.json --out runs/data/shop
     python -m data_pipeline.build --db shop.sqlite --out runs/data/shop --no-synthesize-empty
+    python -m data_pipeline.build --db shop.sqlite --out runs/data/shop --unfiltered-share 0.3
     python -m data_pipeline.build --backend mongodb --uri mongodb://127.0.0.1:27017 --db northwind --out runs/data/nw-mongo
 
 With ``--backend mongodb`` the schema is read from the server and every gold query is an

@@ -18,13 +18,18 @@ from data_pipeline.schema import quote_ident
 AGGREGATE_FAMILIES = ("count", "agg")
 """Families whose gold SQL aggregates (one row)."""
 
+UNFILTERED_FAMILIES = ("all_count", "all_list", "all_pairs", "all_agg")
+"""Families whose gold SQL has no WHERE (see :data:`~data_pipeline.templates.UNFILTERED_FAMILIES_BY_SCOPE`):
+``entity_column`` is then only the anchor column that ``all_pairs`` lists beside ``ask_column``."""
+
 
 @dataclass(frozen=True)
 class Plan:
     """The meaning of a seed question.
 
     Attributes:
-        family: ``list``, ``lookup``, ``count``, ``agg`` or ``filter``.
+        family: ``list``, ``lookup``, ``count``, ``agg`` or ``filter``; without a filter value
+            ``all_count``, ``all_list``, ``all_pairs`` or ``all_agg`` (:data:`UNFILTERED_FAMILIES`).
         scope: ``join`` (multi-table path) or ``self`` (single table).
         entity_column: anchor column the filter value ``{E1}`` comes from.
         ask_column: target column returned by ``list``/``lookup``/``filter``.
@@ -48,6 +53,11 @@ class Plan:
     @property
     def aggregates(self) -> bool:
         return self.agg is not None
+
+    @property
+    def filtered(self) -> bool:
+        """False for the families without a filter value (no entity, no WHERE)."""
+        return self.family not in UNFILTERED_FAMILIES
 
     @property
     def extra_filter(self) -> bool:
@@ -83,8 +93,10 @@ def col(table: str, column: str) -> str:
     return f"{quote_ident(table)}.{quote_ident(column)}"
 
 
-def gold_sql(graph: SchemaGraph, path: JoinPath, plan: Plan, value: Any, second: Any = None) -> str:
+def gold_sql(graph: SchemaGraph, path: JoinPath, plan: Plan, value: Any = None, second: Any = None) -> str:
     """The gold query of ``plan`` on ``path`` with the anchor entity ``value`` (and ``second`` for ``filter``).
+
+    A plan without a filter value (``plan.filtered`` False) ignores ``value``/``second`` and has no WHERE.
 
     >>> from data_pipeline.schema import Schema, Table, Column, ForeignKey
     >>> s = Schema("s", (Table("a", (Column("id", primary_key=True), Column("name"))),
@@ -94,6 +106,8 @@ def gold_sql(graph: SchemaGraph, path: JoinPath, plan: Plan, value: Any, second:
     'SELECT SUM("b"."qty") FROM "a" JOIN "b" ON "b"."a_id" = "a"."id" WHERE "a"."name" = \\'x\\''
     """
     a, t = path.anchor, path.target
+    if not plan.filtered:
+        return _unfiltered_sql(graph, path, plan)
     where = [f"{col(a, plan.entity_column)} = {sql_literal(value)}"]
     if plan.family in ("list", "lookup", "filter"):
         select = f"SELECT DISTINCT {col(t, str(plan.ask_column))}"
@@ -106,3 +120,19 @@ def gold_sql(graph: SchemaGraph, path: JoinPath, plan: Plan, value: Any, second:
     if plan.filter_column is not None:
         where.append(f"{col(t, plan.filter_column)} {plan.filter_op} {sql_literal(second)}")
     return f"{select} {graph.from_clause(path)} WHERE {' AND '.join(where)}"
+
+
+def _unfiltered_sql(graph: SchemaGraph, path: JoinPath, plan: Plan) -> str:
+    """The WHERE-less query of an ``all_*`` plan (table in :mod:`data_pipeline.templates`)."""
+    a, t = path.anchor, path.target
+    if plan.family == "all_count":
+        select = f"SELECT COUNT(DISTINCT {col(t, plan.count_column)})" if plan.count_column else "SELECT COUNT(*)"
+    elif plan.family == "all_list":
+        select = f"SELECT DISTINCT {col(t, str(plan.ask_column))}"
+    elif plan.family == "all_pairs":
+        select = f"SELECT DISTINCT {col(t, str(plan.ask_column))}, {col(a, plan.entity_column)}"
+    elif plan.family == "all_agg":
+        select = f"SELECT {plan.agg}({col(t, str(plan.num_column))})"
+    else:
+        raise ValueError(f"unknown family {plan.family!r}")
+    return f"{select} {graph.from_clause(path)}"

@@ -93,6 +93,8 @@ class BuildConfig:
     """Fill tables without rows with synthetic rows in a copy, OUT/database.sqlite (the input is never modified), so every legal path is usable; --no-synthesize-empty skips the paths through them instead."""
     synthetic_rows: int = ROWS_PER_TABLE
     """Synthetic rows per empty table (with --synthesize-empty)."""
+    unfiltered_share: float = 0.0
+    """Share of each path's seed questions (and so of its paraphrases) written without a filter value ("How many singers are there?": no entity, gold SQL without WHERE), rounded per path: 0.3 of 5 seeds is 2 (40%); 0 builds exactly the data set of earlier versions. SQLite only."""
 
     def __post_init__(self) -> None:
         check_backend_options(self.backend, self.db, self.uri)
@@ -108,6 +110,10 @@ class BuildConfig:
             raise ConfigError(f"must be >= 0, got {self.max_hops}", where="--max-hops")
         if not (math.isfinite(self.timeout_s) and self.timeout_s > 0):
             raise ConfigError(f"must be a positive number of seconds, got {self.timeout_s}", where="--timeout-s")
+        if not 0.0 <= self.unfiltered_share <= 1.0:
+            raise ConfigError(f"must be between 0 and 1, got {self.unfiltered_share}", where="--unfiltered-share")
+        if self.unfiltered_share > 0 and self.backend != "sqlite":
+            raise ConfigError(f"questions without a filter value are built on sqlite only, not {self.backend}", where="--unfiltered-share")
         if self.synthetic_rows < 1:
             raise ConfigError(f"must be at least 1, got {self.synthetic_rows}", where="--synthetic-rows")
         if (self.llm_base_url is None) != (self.llm_model is None):
@@ -193,6 +199,7 @@ def build_dataset(cfg: BuildConfig) -> tuple[BuiltDataset, dict[str, Any]]:
             paraphraser=_paraphraser(cfg),
             seed=cfg.seed,
             timeout_s=cfg.timeout_s,
+            unfiltered_share=cfg.unfiltered_share,
         )
         samples = run_stages(ctx)
     finally:

@@ -44,6 +44,7 @@ from data_pipeline.schema import Schema
 from data_pipeline.templates import (
     AGG_WORDS,
     FAMILIES_BY_SCOPE,
+    UNFILTERED_FAMILIES_BY_SCOPE,
     column_words,
     table_words,
     templates_for,
@@ -77,6 +78,9 @@ class StageContext:
         paraphraser: the paraphrase function (rule-based or LLM).
         seed: the random seed; each stage draws from its own generator (:meth:`rng`).
         timeout_s: limit for one gold query, seconds.
+        unfiltered_share: share of each path's seed questions (and so of its paraphrases) written
+            without a filter value (:data:`~data_pipeline.templates.UNFILTERED_FAMILIES_BY_SCOPE`);
+            0 leaves the stages exactly as without the option.
         counters: ``dropped/<reason>``, ``paraphrase/shortfall`` and similar counts.
     """
 
@@ -92,6 +96,7 @@ class StageContext:
     paraphraser: Paraphraser
     seed: int = 0
     timeout_s: float = 5.0
+    unfiltered_share: float = 0.0
     counters: Counter[str] = field(default_factory=Counter)
     _values: dict[tuple[Any, ...], list[Any]] = field(default_factory=dict, repr=False)
 
@@ -160,6 +165,29 @@ def plan_question(family: str, path: JoinPath, ctx: StageContext, rng: random.Ra
     raise ValueError(f"unknown family {family!r}")
 
 
+def plan_unfiltered(family: str, path: JoinPath, ctx: StageContext, rng: random.Random) -> Plan | None:
+    """A plan without a filter value for ``family`` on ``path``, or None when the tables lack its columns.
+
+    ``all_count`` counts the target's ``count_key`` over a join (None without one: ``COUNT(*)`` over a
+    join would make the anchor the gold route's target); ``all_list`` asks for a descriptive target
+    column; ``all_pairs`` adds the anchor's best name-like column; ``all_agg`` sums or averages a
+    numeric column (single table only).
+    """
+    a, t = ctx.profiles[path.anchor], ctx.profiles[path.target]
+    scope = "self" if path.hops == 0 else "join"
+    entity = _pick(a.names, rng) if a.names else a.entity[0]
+    asked = [c for c in t.descriptive if not (path.anchor == path.target and c == entity)]
+    if family == "all_count":
+        if scope == "join" and t.count_key is None:
+            return None
+        return Plan(family, scope, entity, agg="COUNT", count_column=t.count_key if scope == "join" else None)
+    if family in ("all_list", "all_pairs"):
+        return Plan(family, scope, entity, ask_column=_pick(asked, rng, 3)) if asked else None
+    if family == "all_agg":
+        return Plan(family, scope, entity, num_column=rng.choice(t.numeric), agg=rng.choice(("SUM", "AVG"))) if t.numeric else None
+    raise ValueError(f"unknown family {family!r}")
+
+
 def words_for(plan: Plan, path: JoinPath, schema: Schema, language: str) -> dict[str, str]:
     """Values for the template placeholders (see :mod:`data_pipeline.templates`)."""
     a, t = schema.table(path.anchor), schema.table(path.target)
@@ -193,7 +221,11 @@ def render(text: str, words: dict[str, str], language: str) -> str:
 
 
 def seed_questions(samples: list[Sample], ctx: StageContext) -> list[Sample]:
-    """Stage 1: ``ctx.seeds_per_path`` seed questions for every path in ``ctx.paths`` (input ignored)."""
+    """Stage 1: ``ctx.seeds_per_path`` seed questions for every path in ``ctx.paths`` (input ignored).
+
+    With ``ctx.unfiltered_share`` > 0, the last ``round(share * seeds_per_path)`` seeds of a path
+    (half rounded up) come from the families without a filter value, when the path has any.
+    """
     rng = ctx.rng("seed_questions")
     out: list[Sample] = []
     for path in ctx.paths:
@@ -207,11 +239,27 @@ def seed_questions(samples: list[Sample], ctx: StageContext) -> list[Sample]:
         rng.shuffle(families)
         lang_start = rng.randrange(len(ctx.languages))
         used: set[str] = set()
+        unfiltered: dict[str, Plan] = {}
+        n_unfiltered = 0
+        if ctx.unfiltered_share > 0:
+            for family in UNFILTERED_FAMILIES_BY_SCOPE[scope]:
+                plan = plan_unfiltered(family, path, ctx, rng)
+                if plan is not None:
+                    unfiltered[family] = plan
+            if unfiltered:
+                n_unfiltered = min(ctx.seeds_per_path, math.floor(ctx.unfiltered_share * ctx.seeds_per_path + 0.5))
+            u_families = list(unfiltered)
+            rng.shuffle(u_families)
         for i in range(ctx.seeds_per_path):
-            family = families[i % len(families)]
             language = ctx.languages[(lang_start + i) % len(ctx.languages)]
-            # a fresh plan for repeated families, so the columns vary too
-            plan = plans[family] if i < len(families) else plan_question(family, path, ctx, rng) or plans[family]
+            j = i - (ctx.seeds_per_path - n_unfiltered)
+            if j < 0:
+                family = families[i % len(families)]
+                # a fresh plan for repeated families, so the columns vary too
+                plan = plans[family] if i < len(families) else plan_question(family, path, ctx, rng) or plans[family]
+            else:
+                family = u_families[j % len(u_families)]
+                plan = unfiltered[family] if j < len(u_families) else plan_unfiltered(family, path, ctx, rng) or unfiltered[family]
             # once every template of the family is used (many samples per path), reuse them
             options = [t for t in templates_for(family, scope, language) if t.id not in used] or list(
                 templates_for(family, scope, language)
@@ -341,28 +389,34 @@ def fill_entities(samples: list[Sample], ctx: StageContext) -> list[Sample]:
     aggregates to NULL or 0 (``empty_aggregate``). A fuzzy surface is drawn with the values of
     its column at hand, so that a partial one matches no other value; when a value offers no
     fuzzy surface, another sample is fuzzed instead (``fuzzy/shortfall`` counts what is missing).
+    A plan without a filter value (``plan.filtered`` False) gets no entity, ``entity_kind`` ``none``
+    and a WHERE-less gold SQL; the fuzzy share is taken over the samples with an entity.
     """
     rng = ctx.rng("fill_entities")
     kept: list[Sample] = []
     for s in samples:
         plan = Plan.from_dict(s.meta["plan"])
-        values = _candidates(ctx, s.path, plan)
-        if not values:
-            ctx.counters["dropped/no_values"] += 1
-            continue
-        value = rng.choice(values)
-        second = None
-        entities = [Entity(s.path.anchor, plan.entity_column, value, _show(value), "real", None)]
-        if plan.filter_column is not None:
-            options = _candidates(ctx, s.path, plan, value)
-            if not options:
+        entities: list[Entity] = []
+        if not plan.filtered:
+            sql = gold_sql(ctx.graph, s.path, plan)
+        else:
+            values = _candidates(ctx, s.path, plan)
+            if not values:
                 ctx.counters["dropped/no_values"] += 1
                 continue
-            # not the smallest value: a threshold at the minimum would filter nothing
-            raw = rng.choice(options[1:] if plan.filter_op == ">=" and len(options) > 1 else options)
-            second = _threshold(raw) if plan.filter_op == ">=" else raw
-            entities.append(Entity(s.path.target, plan.filter_column, second, _show(second), "real", None))
-        sql = gold_sql(ctx.graph, s.path, plan, value, second)
+            value = rng.choice(values)
+            second = None
+            entities = [Entity(s.path.anchor, plan.entity_column, value, _show(value), "real", None)]
+            if plan.filter_column is not None:
+                options = _candidates(ctx, s.path, plan, value)
+                if not options:
+                    ctx.counters["dropped/no_values"] += 1
+                    continue
+                # not the smallest value: a threshold at the minimum would filter nothing
+                raw = rng.choice(options[1:] if plan.filter_op == ">=" and len(options) > 1 else options)
+                second = _threshold(raw) if plan.filter_op == ">=" else raw
+                entities.append(Entity(s.path.target, plan.filter_column, second, _show(second), "real", None))
+            sql = gold_sql(ctx.graph, s.path, plan, value, second)
         draft = replace(s, sql=sql, entities=tuple(entities))
         query = ctx.backend.gold_query(draft, ctx.graph)
         res = ctx.backend.execute(query, timeout_s=ctx.timeout_s)
@@ -376,12 +430,12 @@ def fill_entities(samples: list[Sample], ctx: StageContext) -> list[Sample]:
             ctx.counters["dropped/empty_aggregate"] += 1
             continue
         meta = s.meta if query == sql else {**s.meta, "pipeline": query}
-        kept.append(replace(draft, entity_kind="real", n_rows=len(res.rows), meta=meta))
+        kept.append(replace(draft, entity_kind="real" if entities else "none", n_rows=len(res.rows), meta=meta))
 
     # fuzzy surfaces: per language, about (1 - real_fraction) of the samples, drawn among fuzzable ones
     fuzzy_at: dict[int, tuple[str, str]] = {}
     for language in ctx.languages:
-        idx = [i for i, s in enumerate(kept) if s.language == language]
+        idx = [i for i, s in enumerate(kept) if s.language == language and s.entities]
         want = round((1.0 - ctx.real_fraction) * len(idx))
         pool = [i for i in idx if fuzzable(kept[i].entities[0].value)]
         rng.shuffle(pool)
@@ -398,6 +452,9 @@ def fill_entities(samples: list[Sample], ctx: StageContext) -> list[Sample]:
 
     out: list[Sample] = []
     for i, s in enumerate(kept):
+        if not s.entities:
+            out.append(replace(s, question=tidy(s.question, s.language)))
+            continue
         first = s.entities[0]
         if i in fuzzy_at:
             surface, kind = fuzzy_at[i]

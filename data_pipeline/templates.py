@@ -238,18 +238,131 @@ _TEXTS: dict[tuple[str, str, str], tuple[str, ...]] = {
 }
 
 
-def _build() -> tuple[Template, ...]:
+UNFILTERED_FAMILIES_BY_SCOPE: dict[str, tuple[str, ...]] = {
+    "join": ("all_count", "all_list", "all_pairs"),
+    "self": ("all_count", "all_list", "all_pairs", "all_agg"),
+}
+"""Families of questions without a filter value (opt-in: ``BuildConfig.unfiltered_share``).
+
+========== ======= ==========================================================================
+family     scope   gold SQL (no WHERE)
+========== ======= ==========================================================================
+all_count  join    ``SELECT COUNT(DISTINCT T.pk) FROM A JOIN ... T``
+all_list   join    ``SELECT DISTINCT T.col FROM A JOIN ... T``
+all_pairs  join    ``SELECT DISTINCT T.col, A.acol FROM A JOIN ... T``
+all_count  self    ``SELECT COUNT(*) FROM A``
+all_list   self    ``SELECT DISTINCT A.col FROM A``
+all_pairs  self    ``SELECT DISTINCT A.col, A.acol FROM A``
+all_agg    self    ``SELECT SUM|AVG(A.num_col) FROM A``
+========== ======= ==========================================================================
+
+The FROM clause starts at the anchor and the target's column comes first in the SELECT, so
+:func:`evaluation.gold_paths.derive_gold_path` reads the same route back (no filter over a join:
+the anchor is the join's other end)."""
+
+_UNFILTERED_TEXTS: dict[tuple[str, str, str], tuple[str, ...]] = {
+    ("all_count", "join", "en"): (
+        "How many {t_pl} have a {a}?",
+        "Count the {t_pl} that are linked to some {a}.",
+        "What is the number of {t_pl} with at least one {a}?",
+        "How many different {t_pl} appear with {a_pl}?",
+    ),
+    ("all_list", "join", "en"): (
+        "List the {tcol} of all {t_pl} that have a {a}.",
+        "Show the {tcol} of every {t} linked to any {a}.",
+        "What {tcol} values do the {t_pl} of all {a_pl} have?",
+        "Give me the {tcol} of the {t_pl} connected with {a_pl}.",
+    ),
+    ("all_pairs", "join", "en"): (
+        "List the {tcol} of the {t_pl} together with the {acol} of their {a}.",
+        "Show each {t}'s {tcol} and the {acol} of its {a}.",
+        "For every {a}, give its {acol} and the {tcol} of its {t_pl}.",
+        "Give all pairs of {a} {acol} and {t} {tcol}.",
+    ),
+    ("all_count", "self", "en"): (
+        "How many {a_pl} are there?",
+        "Count all {a_pl}.",
+        "What is the number of {a_pl} in all?",
+        "How many {a_pl} do we have?",
+    ),
+    ("all_list", "self", "en"): (
+        "List the {tcol} of all {a_pl}.",
+        "Show every {a}'s {tcol}.",
+        "What are the {tcol} values of the {a_pl}?",
+        "Give me the {tcol} of each {a}.",
+    ),
+    ("all_pairs", "self", "en"): (
+        "List the {acol} and {tcol} of every {a}.",
+        "Show the {tcol} and {acol} of all {a_pl}.",
+        "For each {a}, give its {acol} and {tcol}.",
+        "What are the {acol} and the {tcol} of the {a_pl}?",
+    ),
+    ("all_agg", "self", "en"): (
+        "What is the {agg} {ncol} of all {a_pl}?",
+        "Compute the {agg} {ncol} over every {a}.",
+        "Give the {agg} {ncol} of the {a_pl}.",
+        "Across all {a_pl}, what is the {agg} {ncol}?",
+    ),
+    ("all_count", "join", "zh"): (
+        "有{a}的{t}有多少个？",
+        "统计关联了{a}的{t}数量。",
+        "至少有一个{a}的{t}共有几个？",
+        "和{a}有关的{t}一共多少？",
+    ),
+    ("all_list", "join", "zh"): (
+        "列出所有有{a}的{t}的{tcol}。",
+        "显示与{a}关联的每个{t}的{tcol}。",
+        "所有{a}的{t}都有哪些{tcol}？",
+        "给出和{a}相关的{t}的{tcol}。",
+    ),
+    ("all_pairs", "join", "zh"): (
+        "列出{t}的{tcol}以及对应{a}的{acol}。",
+        "显示每个{t}的{tcol}和它的{a}的{acol}。",
+        "对每个{a}，给出{acol}和其{t}的{tcol}。",
+        "给出所有{a}的{acol}与{t}的{tcol}的配对。",
+    ),
+    ("all_count", "self", "zh"): (
+        "一共有多少个{a}？",
+        "统计{a}的数量。",
+        "{a}总数是多少？",
+        "我们有几个{a}？",
+    ),
+    ("all_list", "self", "zh"): (
+        "列出所有{a}的{tcol}。",
+        "显示每个{a}的{tcol}。",
+        "{a}的{tcol}都有哪些？",
+        "给出各个{a}的{tcol}。",
+    ),
+    ("all_pairs", "self", "zh"): (
+        "列出每个{a}的{acol}和{tcol}。",
+        "显示所有{a}的{tcol}与{acol}。",
+        "对每个{a}，给出{acol}和{tcol}。",
+        "{a}的{acol}和{tcol}分别是什么？",
+    ),
+    ("all_agg", "self", "zh"): (
+        "所有{a}的{agg}{ncol}是多少？",
+        "计算全部{a}的{agg}{ncol}。",
+        "给出{a}的{agg}{ncol}。",
+        "{a}的{ncol}{agg}是多少？",
+    ),
+}
+
+
+def _build(texts: dict[tuple[str, str, str], tuple[str, ...]]) -> tuple[Template, ...]:
     out = []
-    for (family, scope, lang), texts in _TEXTS.items():
-        for k, text in enumerate(texts):
+    for (family, scope, lang), texts_ in texts.items():
+        for k, text in enumerate(texts_):
             out.append(Template(f"{family}.{scope}.{lang}.{k}", family, scope, lang, text))
     return tuple(out)
 
 
-TEMPLATES: tuple[Template, ...] = _build()
-"""Every template, grouped by (family, scope, language) in index order."""
+TEMPLATES: tuple[Template, ...] = _build(_TEXTS)
+"""Every template with a filter value, grouped by (family, scope, language) in index order."""
 
-_BY_ID = {t.id: t for t in TEMPLATES}
+UNFILTERED_TEMPLATES: tuple[Template, ...] = _build(_UNFILTERED_TEXTS)
+"""Templates without a filter value (:data:`UNFILTERED_FAMILIES_BY_SCOPE`); same id scheme and held-out rule."""
+
+_BY_ID = {t.id: t for t in (*TEMPLATES, *UNFILTERED_TEMPLATES)}
 
 
 def template(template_id: str) -> Template:
@@ -259,12 +372,12 @@ def template(template_id: str) -> Template:
 
 def templates_for(family: str, scope: str, language: str) -> tuple[Template, ...]:
     """Templates of one (family, scope, language) group, held-out ones included."""
-    return tuple(t for t in TEMPLATES if (t.family, t.scope, t.language) == (family, scope, language))
+    return tuple(t for t in _BY_ID.values() if (t.family, t.scope, t.language) == (family, scope, language))
 
 
 def heldout_template_ids() -> frozenset[str]:
     """Ids of the phrasings reserved for ``test_heldout`` (one in :data:`HELDOUT_EVERY` per group)."""
-    return frozenset(t.id for t in TEMPLATES if t.heldout)
+    return frozenset(t.id for t in _BY_ID.values() if t.heldout)
 
 
 # ---------------------------------------------------------------------------- words

@@ -80,6 +80,7 @@ def build_spider_dev_datasets(
     *,
     languages: str = "en,zh",
     synthetic_rows: int = ROWS_PER_TABLE,
+    unfiltered_share: float = 0.0,
 ) -> dict[str, Path]:
     """Build one generated data set per Spider database into ``out_root/<db_id>/``.
 
@@ -87,7 +88,8 @@ def build_spider_dev_datasets(
         out_root: parent folder (created); ``index.json`` there lists a :class:`SpiderDataRow`
             per database.
         db_ids: databases to build; default: the 20 of Spider dev. Any ``tables.json`` id works.
-        samples_per_path, max_hops, seed, languages: as in :class:`~data_pipeline.pipeline.BuildConfig`.
+        samples_per_path, max_hops, seed, languages, unfiltered_share: as in
+            :class:`~data_pipeline.pipeline.BuildConfig`.
         synthetic_rows: rows synthesized per table.
 
     Returns:
@@ -114,6 +116,7 @@ def build_spider_dev_datasets(
             languages=languages,
             synthesize_empty=True,
             synthetic_rows=synthetic_rows,
+            unfiltered_share=unfiltered_share,
         )
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
@@ -156,6 +159,8 @@ class SpiderDataConfig:
     """Comma-separated question languages: en, zh or both."""
     synthetic_rows: int = ROWS_PER_TABLE
     """Synthetic rows per table."""
+    unfiltered_share: float = 0.0
+    """Share of each path's seed questions written without a filter value ("How many singers are there?"), rounded per path (0.3 of 5 seeds: 2); 0: as before."""
 
 
 def print_index(rows: Sequence[SpiderDataRow]) -> None:
@@ -204,7 +209,8 @@ def main(argv: Sequence[str] | None = None) -> list[SpiderDataRow]:
     ids = [x.strip() for x in cfg.db_ids.split(",") if x.strip()] or None
     start = time.perf_counter()
     build_spider_dev_datasets(
-        cfg.out, ids, cfg.samples_per_path, cfg.max_hops, cfg.seed, languages=cfg.languages, synthetic_rows=cfg.synthetic_rows
+        cfg.out, ids, cfg.samples_per_path, cfg.max_hops, cfg.seed, languages=cfg.languages, synthetic_rows=cfg.synthetic_rows,
+        unfiltered_share=cfg.unfiltered_share,
     )
     rows = load_index(cfg.out)
     print_index(rows)

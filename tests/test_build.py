@@ -266,7 +266,7 @@ def test_templates_hold_out_one_in_four_per_group():
         assert len(ts) == 8 and sum(t.heldout for t in ts) == 2, key
         assert all("{E1}" in t.text for t in ts)
         assert all(("{E2}" in t.text) == (t.family == "filter") for t in ts)
-    assert len(heldout_template_ids()) == 32
+    assert len([t for t in TEMPLATES if t.id in heldout_template_ids()]) == 32
     assert templates_for("agg", "join", "zh")[3].heldout
 
 
