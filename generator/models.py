@@ -246,6 +246,28 @@ def load_tokenizer(path: str | Path) -> PreTrainedTokenizerBase:
     return tokenizer
 
 
+def keep_4bit_trainable_on_cpu(model: torch.nn.Module) -> int:
+    """Stop bitsandbytes from repacking 4-bit weights for CPU inference; returns the layers changed.
+
+    On a CPU with AVX512-BF16, bitsandbytes' ``Linear4bit`` converts its weight to a CPU-only
+    packed layout the first time it runs in eval mode without grad (as generation does) and
+    from then on multiplies with ``gemv_4bit``, which has no autograd kernel: the backward pass
+    of the next training forward silently drops the gradient through every quantised layer
+    (torch warns "an autograd kernel was not registered"), so LoRA adapters below the top
+    layer get wrong gradients. GRPO generates in eval mode and trains right after, so the
+    repacking is switched off on every ``Linear4bit`` (layers already packed are left as
+    they are: call this before the first forward).
+    """
+    import bitsandbytes as bnb
+
+    changed = 0
+    for module in model.modules():
+        if isinstance(module, bnb.nn.Linear4bit) and getattr(module, "support_avx512bf16_for_cpu", False):
+            module.support_avx512bf16_for_cpu = False
+            changed += 1
+    return changed
+
+
 def load_generator(cfg: ModelConfig) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """Load the generator named by ``cfg`` and its tokenizer.
 
@@ -268,6 +290,8 @@ def load_generator(cfg: ModelConfig) -> tuple[PreTrainedModel, PreTrainedTokeniz
     path = resolve_generator(cfg.model)
     tokenizer = load_tokenizer(path)
     model = _load_base(cfg, path)
+    if cfg.load_in_4bit:
+        keep_4bit_trainable_on_cpu(model)
     if cfg.load_in_4bit and cfg.use_lora:
         model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=False)
     if cfg.use_lora:

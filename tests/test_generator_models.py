@@ -180,6 +180,11 @@ def test_4bit_nf4_loads_on_cpu_and_trains_lora(model_dir: str) -> None:
     assert q_proj.base_layer.weight.quant_state.quant_type == "nf4"
     assert model.get_memory_footprint() < 250e6  # fp32 is 538 MB
     batch = tokenizer(["SELECT name FROM customers", "SELECT 1"], return_tensors="pt", padding=True)
+    model.eval()
+    with torch.no_grad():  # as generation runs before a GRPO update
+        model(**batch)
+    # bitsandbytes would repack the weight for CPU inference here and lose the autograd path
+    assert not getattr(q_proj.base_layer.weight.quant_state, "packing_format_for_cpu", False)
     model.train()
     out = model(**batch, labels=batch.input_ids.masked_fill(batch.attention_mask == 0, -100))
     assert torch.isfinite(out.loss)
