@@ -50,16 +50,19 @@ def save_dataset(out_dir: str | Path, ds: BuiltDataset, summary: dict | None = N
     return out
 
 
-def load_dataset(data_dir: str | Path, db_path: str | Path | None = None) -> BuiltDataset:
+def load_dataset(data_dir: str | Path, db_path: str | Path | None = None, *, sql_user: str | None = None) -> BuiltDataset:
     """Load a folder written by :func:`save_dataset`.
 
     Args:
         data_dir: the folder.
         db_path: override the database location recorded in ``schema.json``.
+        sql_user: the caller executes SQL on the data set's database (e.g. ``"generator.train_grpo"``):
+            a data set built on MongoDB is then refused unless ``db_path`` names a SQLite copy.
 
     Raises:
-        DataError: the folder, ``schema.json`` or ``samples.jsonl`` is missing or malformed, or a
-            sample's path is not legal in the schema (file and line named).
+        DataError: the folder, ``schema.json`` or ``samples.jsonl`` is missing or malformed, a
+            sample's path is not legal in the schema (file and line named), or ``sql_user`` is set
+            and the data set was built on MongoDB without a ``db_path``.
     """
     d = Path(data_dir)
     schema_file = d / "schema.json"
@@ -70,6 +73,9 @@ def load_dataset(data_dir: str | Path, db_path: str | Path | None = None) -> Bui
         schema = Schema.from_dict(meta)
     except (json.JSONDecodeError, KeyError, TypeError) as exc:
         raise DataError(f"malformed schema file ({exc})", where=schema_file) from exc
+    if sql_user is not None and schema.backend == "mongodb" and db_path is None:
+        raise DataError(f"built on MongoDB, but {sql_user} executes SQL: build the data set on SQLite "
+                        "(python -m data_pipeline.build --db ...) or pass --db with a SQLite copy", where=schema_file)  # fmt: skip
     graph = SchemaGraph(schema, max_hops=int(meta.get("max_hops", 3)))
     samples_file = d / "samples.jsonl"
     samples = load_samples(samples_file)

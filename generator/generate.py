@@ -493,7 +493,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     torch.manual_seed(cfg.seed)
-    ds = load_dataset(cfg.data, db_path=cfg.db)
+    ds = load_dataset(cfg.data, db_path=cfg.db, sql_user="generator.generate")
     samples = ds.split(cfg.split)
     if cfg.limit is not None and cfg.limit < len(samples):
         keep = sorted(random.Random(cfg.seed).sample(range(len(samples)), cfg.limit))

@@ -589,7 +589,7 @@ def train(cfg: GRPOConfig) -> GRPOResult:
     torch.manual_seed(cfg.seed + rank)
 
     # ---- data, prompts, model
-    ds = load_dataset(cfg.data, db_path=cfg.db)
+    ds = load_dataset(cfg.data, db_path=cfg.db, sql_user="generator.train_grpo")
     train = ds.split("train")
     if not train:
         raise DataError("the data set has no training samples", where=cfg.data)

@@ -105,7 +105,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     torch.manual_seed(cfg.seed)
     rng = random.Random(cfg.seed)
 
-    ds = load_dataset(cfg.data, db_path=cfg.db)
+    ds = load_dataset(cfg.data, db_path=cfg.db, sql_user="generator.train_sft")
     train = ds.split("train")
     if not train:
         raise DataError("the data set has no training samples", where=cfg.data)

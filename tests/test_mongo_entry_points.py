@@ -248,3 +248,15 @@ def test_env_runs_on_a_data_set_built_from_mongodb(shop, mongo_shop):
         env.reset(seed=seed)
         _, worse, _, _, wrong_info = env.step((gold + 1) % inner.n_paths)
         assert not wrong_info["is_success"] and worse < reward
+
+
+@pytest.mark.mongo
+def test_generator_refuses_a_data_set_built_on_mongodb(mongo_shop, shop):
+    from data_pipeline.dataset import load_dataset
+    from data_pipeline.errors import DataError
+
+    with pytest.raises(DataError, match=r"schema\.json.*built on MongoDB, but generator\.train_grpo executes SQL"):
+        load_dataset(mongo_shop["out"], sql_user="generator.train_grpo")
+    copy = load_dataset(shop["sql"]).db_path  # the SQLite twin is accepted in its place
+    assert load_dataset(mongo_shop["out"], db_path=copy, sql_user="generator.train_grpo").db_path == copy
+    assert load_dataset(mongo_shop["out"]).schema.backend == "mongodb"  # routing-only users are not refused
