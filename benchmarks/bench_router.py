@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import os
-import platform
 import statistics
 import sys
 import tempfile
@@ -31,6 +30,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the package from this checkout
 
+from bench_common import machine  # noqa: E402
 from data_pipeline.cli import parse, run_main  # noqa: E402
 from data_pipeline.dataset import load_dataset  # noqa: E402
 from router.route import Router  # noqa: E402
@@ -55,21 +55,6 @@ class Args:
     """Batches of 64 timed."""
     out: Path | None = None
     """Also write the results as JSON here."""
-
-
-def machine() -> str:
-    """The machine in words: CPU model, cores, torch threads, Python version."""
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as fh:
-            for line in fh:
-                if line.startswith("model name"):
-                    cpu = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
-    return (f"{cpu}, {os.cpu_count()} cores, torch {torch.__version__} with {torch.get_num_threads()} threads, "
-            f"Python {platform.python_version()}")  # fmt: skip
 
 
 def main() -> dict:

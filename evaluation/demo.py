@@ -18,7 +18,6 @@ import json
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 from data_pipeline.cli import parse, run_main
 from data_pipeline.errors import ConfigError

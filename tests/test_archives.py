@@ -262,7 +262,7 @@ def test_cached_build_marker_and_rebuilds(tmp_path: Path) -> None:
     marker = json.loads((tmp_path / "db.sqlite.built.json").read_text())
     assert marker == {
         "builder": 3,
-        "sources": {f"toy-pkg==1.2.0:toy_pkg/model/weights.bin": WEIGHTS_SHA},
+        "sources": {"toy-pkg==1.2.0:toy_pkg/model/weights.bin": WEIGHTS_SHA},
         "sha256": hashlib.sha256(b"database bytes").hexdigest(),
         "bytes": 14,
     }

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from rewards.sql_execution import MAX_PERMUTATIONS, gold_is_ordered, normalize_value, results_match, rows_f1
+from rewards.sql_execution import gold_is_ordered, normalize_value, results_match, rows_f1
 
 GOLD_100 = [(i, f"row {i}") for i in range(100)]
 

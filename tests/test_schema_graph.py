@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import sqlite3
-import warnings
 
 import pytest
 
