@@ -34,18 +34,6 @@ def _share(part: int, whole: int) -> float:
     return part / whole if whole else 0.0
 
 
-def _expand_flags(argv: Sequence[str] | None) -> list[str]:
-    """``--no-synthesize-empty`` -> ``--synthesize-empty False`` (the parser wants explicit booleans)."""
-    args = list(sys.argv[1:] if argv is None else argv)
-    out: list[str] = []
-    for a in args:
-        if a == "--no-synthesize-empty":
-            out += ["--synthesize-empty", "False"]
-        else:
-            out.append(a)
-    return out
-
-
 def print_summary(summary: dict[str, Any]) -> None:
     """Print the summary as rich tables (overview, hops, splits)."""
     from rich.console import Console
@@ -94,7 +82,7 @@ def print_summary(summary: dict[str, Any]) -> None:
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     """Command-line entry: parse ``argv``, build, print warnings and the summary; returns the summary."""
-    cfg = parse(BuildConfig, _expand_flags(argv), description=__doc__.splitlines()[0] if __doc__ else None)
+    cfg = parse(BuildConfig, argv, description=__doc__.splitlines()[0] if __doc__ else None)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:

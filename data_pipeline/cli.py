@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import sys
+import typing
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
@@ -24,6 +25,8 @@ def parse(config_cls: type[T], args: Sequence[str] | None = None, description: s
     """Parse ``args`` (default ``sys.argv[1:]``) into ``config_cls``.
 
     Field names become ``--kebab-case`` flags; the docstring under each field is its help.
+    A boolean field takes ``--flag True`` / ``--flag False``; ``--no-flag`` is short for
+    ``--flag False`` (nested fields too: ``--no-reward.x``).
     Cross-field checks in ``__post_init__`` raise :class:`~data_pipeline.errors.ConfigError`.
 
     Raises:
@@ -32,6 +35,7 @@ def parse(config_cls: type[T], args: Sequence[str] | None = None, description: s
             message instead), or tyro's own message for a malformed command line.
     """
     opts = (tyro.conf.FlagConversionOff,)
+    args = _expand_no_flags(config_cls, sys.argv[1:] if args is None else args)
     if not (dataclasses.is_dataclass(config_cls) and hasattr(config_cls, "__post_init__")):
         return tyro.cli(config_cls, args=args, description=description, config=opts)
     parsed = tyro.cli(_lenient(config_cls), args=args, description=description, config=opts)
@@ -41,6 +45,38 @@ def parse(config_cls: type[T], args: Sequence[str] | None = None, description: s
     except Route2SQLError as exc:  # a bad flag value: one line and exit 2, as tyro does for bad syntax
         print(f"error: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
+
+
+def _bool_flags(config_cls: Any, prefix: str = "") -> set[str]:
+    """Flag names (``progress``, ``reward.use-x``) of the boolean fields of a config dataclass, nested ones too."""
+    if not dataclasses.is_dataclass(config_cls):
+        return set()
+    try:
+        hints = typing.get_type_hints(config_cls)
+    except Exception:  # an annotation that cannot be resolved: no shorthand for that class
+        return set()
+    names: set[str] = set()
+    for f in dataclasses.fields(config_cls):
+        hint = hints.get(f.name)
+        name = prefix + f.name.replace("_", "-")
+        if hint is bool:
+            names.add(name)
+        elif isinstance(hint, type) and dataclasses.is_dataclass(hint):
+            names |= _bool_flags(hint, name + ".")
+    return names
+
+
+def _expand_no_flags(config_cls: Any, args: Sequence[str]) -> list[str]:
+    """``--no-progress`` -> ``--progress False`` for every boolean field of ``config_cls``."""
+    flags = _bool_flags(config_cls)
+    out: list[str] = []
+    for a in args:
+        name = a[len("--no-"):] if a.startswith("--no-") else None
+        if name is not None and (name in flags or name.replace("_", "-") in flags):
+            out += ["--" + name.replace("_", "-"), "False"]
+        else:
+            out.append(a)
+    return out
 
 
 def _lenient(config_cls: type[T]) -> type[T]:
