@@ -71,12 +71,13 @@ def load_dataset(data_dir: str | Path, db_path: str | Path | None = None, *, sql
     try:
         meta = json.loads(schema_file.read_text(encoding="utf-8"))
         schema = Schema.from_dict(meta)
-    except (json.JSONDecodeError, KeyError, TypeError) as exc:
+        max_hops = int(meta.get("max_hops", 3))
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
         raise DataError(f"malformed schema file ({exc})", where=schema_file) from exc
     if sql_user is not None and schema.backend == "mongodb" and db_path is None:
         raise DataError(f"built on MongoDB, but {sql_user} executes SQL: build the data set on SQLite "
                         "(python -m data_pipeline.build --db ...) or pass --db with a SQLite copy", where=schema_file)  # fmt: skip
-    graph = SchemaGraph(schema, max_hops=int(meta.get("max_hops", 3)))
+    graph = SchemaGraph(schema, max_hops=max_hops)
     samples_file = d / "samples.jsonl"
     samples = load_samples(samples_file)
     for i, s in enumerate(samples, 1):

@@ -125,15 +125,19 @@ def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
     """Read a JSONL file; blank lines are skipped.
 
     Raises:
-        DataError: naming the file and line of the first line that is not a JSON object, or
-            when the file does not exist.
+        DataError: naming the file and line of the first line that is not UTF-8 or not a JSON
+            object, or when the file does not exist.
     """
     path = Path(path)
     if not path.is_file():
         raise DataError("file not found", where=path)
     out: list[dict[str, Any]] = []
-    with path.open(encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, 1):
+    with path.open("rb") as fh:
+        for lineno, raw in enumerate(fh, 1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise DataError(f"not UTF-8 text (byte 0x{raw[exc.start]:02x} at column {exc.start + 1})", where=path, line=lineno) from exc
             if not line.strip():
                 continue
             try:

@@ -583,6 +583,7 @@ class RouterModel(nn.Module):
             CheckpointError: the folder, ``config.json``, the weights or the encoder files are
                 missing or do not fit together (naming the file).
         """
+        from safetensors import SafetensorError
         from safetensors.torch import load_file
         from transformers import AutoConfig, AutoModel, AutoTokenizer
 
@@ -620,6 +621,9 @@ class RouterModel(nn.Module):
         model = cls(config, encoder, tokenizer)
         try:
             state = load_file(str(weights))
+        except (OSError, SafetensorError) as exc:  # a truncated or empty file fails on its header
+            raise CheckpointError(f"not a readable safetensors file ({exc}); retrain or copy it again", where=weights) from exc
+        try:
             model.load_state_dict(state, strict=True)
         except (OSError, RuntimeError) as exc:
             raise CheckpointError(f"weights do not fit the model ({exc})", where=weights) from exc

@@ -43,7 +43,7 @@ import tyro
 from data_pipeline.cli import parse, run_main
 from data_pipeline.errors import CheckpointError, DataError
 from data_pipeline.graph import JoinPath, SchemaGraph
-from data_pipeline.io import read_jsonl, write_jsonl
+from data_pipeline.io import ensure_writable_dir, read_jsonl, write_jsonl
 from data_pipeline.schema import Schema, introspect
 from router.model import PathSpace, RouterModel
 from router.policy import PathDistribution, RouterPolicy
@@ -391,6 +391,13 @@ class RouteConfig:
             raise ConfigError("give questions or --file, not both", where="file")
         if self.top_k < 1:
             raise ConfigError(f"must be >= 1, got {self.top_k}", where="top_k")
+        if self.batch_size < 1:
+            raise ConfigError(f"must be >= 1, got {self.batch_size}", where="--batch-size")
+        for i, q in enumerate(self.questions, 1):
+            try:
+                q.encode("utf-8")
+            except UnicodeEncodeError as exc:  # undecodable argv bytes arrive as surrogates
+                raise ConfigError(f"question {i} is not UTF-8 text (character {exc.start + 1})", where="questions") from exc
 
 
 def _print_routes(routes: Sequence[RoutedPath], graph: SchemaGraph) -> None:
@@ -432,6 +439,8 @@ def main(args: Sequence[str] | None = None) -> list[RoutedPath]:
 
         with open_backend("mongodb", cfg.db, cfg.uri, descriptions=cfg.descriptions) as backend:
             schema_src = backend.introspect()
+    if cfg.out is not None:
+        ensure_writable_dir(cfg.out.parent)  # fail before loading the router, not after routing
     router = Router.from_pretrained(
         cfg.router, schema_src, retarget=cfg.retarget, max_hops=cfg.max_hops, descriptions=cfg.descriptions
     )

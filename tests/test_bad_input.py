@@ -68,3 +68,73 @@ def test_printf_with_small_format_still_runs(tiny_db: Path) -> None:
 def test_nan_timeout_refused(tiny_db: Path) -> None:
     with pytest.raises(ConfigError, match="timeout_s"):
         execute_readonly(tiny_db, "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x+1 FROM c) SELECT count(*) FROM c", timeout_s=float("nan"))
+
+
+# ---------------------------------------------------------------- malformed data set folders and checkpoints
+
+
+def _tiny_data(tiny_db: Path, out: Path) -> Path:
+    build_dataset(BuildConfig(db=str(tiny_db), out=out, samples_per_path=3, max_hops=1, languages="en"))
+    return out
+
+
+def test_non_utf8_samples_line_names_the_line(tiny_db: Path, tmp_path: Path) -> None:
+    from data_pipeline.dataset import load_dataset
+    from data_pipeline.errors import DataError
+
+    data = _tiny_data(tiny_db, tmp_path / "data")
+    n = len((data / "samples.jsonl").read_text(encoding="utf-8").splitlines())
+    with (data / "samples.jsonl").open("ab") as fh:
+        fh.write(b'{"question": "\xff\xfe"}\n')  # it raised UnicodeDecodeError with a traceback
+    with pytest.raises(DataError, match=rf"samples\.jsonl:{n + 1}: not UTF-8 text \(byte 0xff"):
+        load_dataset(data)
+
+
+@pytest.mark.parametrize(("content", "reason"), [(b"\xff{}", "utf-8"), (b'{"max_hops": "x"}', None)])
+def test_malformed_schema_json_is_a_data_error(tiny_db: Path, tmp_path: Path, content: bytes, reason: str | None) -> None:
+    """A non-UTF-8 schema.json and a non-integer max_hops raised UnicodeDecodeError / ValueError."""
+    import json
+
+    from data_pipeline.dataset import load_dataset
+    from data_pipeline.errors import DataError
+
+    data = _tiny_data(tiny_db, tmp_path / "data")
+    if reason is None:  # a valid schema whose max_hops is not a number
+        meta = json.loads((data / "schema.json").read_text(encoding="utf-8")) | {"max_hops": "x"}
+        content = json.dumps(meta).encode()
+    (data / "schema.json").write_bytes(content)
+    with pytest.raises(DataError, match=r"schema\.json: malformed schema file"):
+        load_dataset(data)
+
+
+@pytest.mark.parametrize(("args", "field"), [(["--batch-size", "0"], "--batch-size"), (["q\udcff"], "questions")])
+def test_route_bad_flag_or_undecodable_question(tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str], field: str) -> None:
+    """``--batch-size -1`` printed nothing and exited 0; a non-UTF-8 argv question crashed the tokenizer."""
+    from data_pipeline.cli import parse
+    from router.route import RouteConfig
+
+    extra = ["ok"] if args[0].startswith("--") else []
+    with pytest.raises(SystemExit) as info:
+        parse(RouteConfig, ["--router", str(tmp_path), *args, *extra])
+    assert info.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"error: {field}: ")
+
+
+@pytest.mark.parametrize("size", [0, 1000])
+def test_truncated_router_weights_are_a_checkpoint_error(tiny_db: Path, tmp_path: Path, size: int) -> None:
+    """A truncated or empty model.safetensors raised SafetensorError with a traceback."""
+    from data_pipeline.dataset import load_dataset
+    from data_pipeline.errors import CheckpointError
+    from router.model import PathSpace, RouterModel
+    from router.policy import RouterPolicy
+    from router.route import Router
+
+    ds = load_dataset(_tiny_data(tiny_db, tmp_path / "data"))
+    model = RouterModel.from_encoder("all-MiniLM-L6-v2", trainable_layers=1, head_dim=16)
+    ckpt = Router(RouterPolicy(model, PathSpace(ds.graph))).save_pretrained(tmp_path / "router")
+    weights = ckpt / "model.safetensors"
+    with weights.open("r+b") as fh:
+        fh.truncate(size)
+    with pytest.raises(CheckpointError, match="not a readable safetensors file"):
+        Router.from_pretrained(ckpt)
