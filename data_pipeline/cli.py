@@ -26,7 +26,7 @@ def parse(config_cls: type[T], args: Sequence[str] | None = None, description: s
 
     Field names become ``--kebab-case`` flags; the docstring under each field is its help.
     A boolean field takes ``--flag True`` / ``--flag False``; ``--no-flag`` is short for
-    ``--flag False`` (nested fields too: ``--no-reward.x``).
+    ``--flag False`` and a bare ``--flag`` for ``--flag True`` (nested fields too: ``--no-reward.x``).
     Cross-field checks in ``__post_init__`` raise :class:`~data_pipeline.errors.ConfigError`.
 
     Raises:
@@ -67,13 +67,16 @@ def _bool_flags(config_cls: Any, prefix: str = "") -> set[str]:
 
 
 def _expand_no_flags(config_cls: Any, args: Sequence[str]) -> list[str]:
-    """``--no-progress`` -> ``--progress False`` for every boolean field of ``config_cls``."""
+    """``--no-progress`` -> ``--progress False`` and a bare ``--progress`` -> ``--progress True`` for every boolean field."""
     flags = _bool_flags(config_cls)
+    args = list(args)
     out: list[str] = []
-    for a in args:
+    for i, a in enumerate(args):
         name = a[len("--no-"):] if a.startswith("--no-") else None
         if name is not None and (name in flags or name.replace("_", "-") in flags):
             out += ["--" + name.replace("_", "-"), "False"]
+        elif a.startswith("--") and a[2:].replace("_", "-") in flags and (i + 1 == len(args) or args[i + 1] not in ("True", "False")):
+            out += [a, "True"]  # a bare switch: --skip-smoke-test
         else:
             out.append(a)
     return out

@@ -1,4 +1,4 @@
-"""``data_pipeline.cli.parse``: ``--no-FLAG`` is short for ``--FLAG False`` on every boolean field."""
+"""``data_pipeline.cli.parse``: ``--no-FLAG`` / bare ``--FLAG`` are short for ``--FLAG False`` / ``--FLAG True`` on every boolean field."""
 
 from __future__ import annotations
 
@@ -21,6 +21,8 @@ class _Config:
     """Show a progress bar."""
     no_cache: bool = True
     """A field whose own name starts with no."""
+    dry_run: bool = False
+    """A switch that is off by default."""
     inner: _Inner = dataclasses.field(default_factory=_Inner)
     """Nested options."""
 
@@ -33,6 +35,12 @@ def test_no_flag_sets_false() -> None:
 def test_explicit_boolean_still_parses() -> None:
     cfg = parse(_Config, ["--progress", "False", "--no-cache", "False"])
     assert cfg.progress is False and cfg.no_cache is False
+
+
+def test_bare_boolean_flag_sets_true() -> None:
+    cfg = parse(_Config, ["--progress", "False", "--dry-run", "--no-cache", "False"])
+    assert cfg.progress is False and cfg.dry_run is True and cfg.no_cache is False
+    assert parse(_Config, ["--progress", "False", "--dry-run"]).dry_run is True
 
 
 def test_no_flag_of_a_non_boolean_is_still_an_error(capsys: pytest.CaptureFixture[str]) -> None:
