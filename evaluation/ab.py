@@ -104,6 +104,12 @@ class ABConfig:
                 raise ConfigError(f"unknown condition {c!r}; choose from {', '.join(CONDITIONS)}", where="--conditions")
         if self.max_samples < 0 or self.generation_samples < 0:
             raise ConfigError("must be >= 0", where="--max-samples/--generation-samples")
+        if self.batch_size < 1:
+            raise ConfigError(f"must be >= 1, got {self.batch_size}", where="--batch-size")
+        if self.max_new_tokens < 1:
+            raise ConfigError(f"must be >= 1, got {self.max_new_tokens}", where="--max-new-tokens")
+        if not self.timeout_s > 0 or self.timeout_s == float("inf"):  # also refuses NaN
+            raise ConfigError(f"must be a positive number of seconds, got {self.timeout_s}", where="--timeout-s")
         check_backend_options(self.backend, None, self.uri, db_required=False)
         if self.backend == "mongodb" and self.generates:
             raise ConfigError(NO_GENERATION_ON_MONGODB, where="--generator")
@@ -267,8 +273,11 @@ def run_generation(
     torch.manual_seed(cfg.seed)
     assert cfg.generator  # checked by the caller
     is_trained = (Path(cfg.generator) / "route2sql_generator.json").is_file()
-    model_cfg = ModelConfig(model=cfg.generator if not is_trained else ModelConfig().model, use_lora=False)
-    model, tokenizer, _ = load_policy(model_cfg, cfg.generator if is_trained else None)
+    try:  # the model options are this command's --generator, not the generator commands' --model
+        model_cfg = ModelConfig(model=cfg.generator if not is_trained else ModelConfig().model, use_lora=False)
+        model, tokenizer, _ = load_policy(model_cfg, cfg.generator if is_trained else None)
+    except ConfigError as exc:
+        raise ConfigError(exc.message, where="--generator") from exc
     retriever = ExampleRetriever(ds.split("train")) if cfg.k_examples > 0 else None
     scorer = ExecutionScorer(timeout_s=cfg.timeout_s)
     metrics: dict[str, Any] = {}

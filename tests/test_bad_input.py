@@ -138,3 +138,16 @@ def test_truncated_router_weights_are_a_checkpoint_error(tiny_db: Path, tmp_path
         fh.truncate(size)
     with pytest.raises(CheckpointError, match="not a readable safetensors file"):
         Router.from_pretrained(ckpt)
+
+
+@pytest.mark.parametrize(("flag", "value"), [("--batch-size", "0"), ("--max-new-tokens", "0"), ("--timeout-s", "nan")])
+def test_ab_bad_flag_value_is_one_error_line(tmp_path: Path, capsys: pytest.CaptureFixture[str], flag: str, value: str) -> None:
+    """``--batch-size 0`` and ``--max-new-tokens 0`` crashed with ValueError; ``--timeout-s nan`` was accepted."""
+    from data_pipeline.cli import parse
+    from evaluation.ab import ABConfig
+
+    with pytest.raises(SystemExit) as info:
+        parse(ABConfig, ["--data", str(tmp_path), "--out", str(tmp_path / "o"), flag, value])
+    assert info.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"error: {flag}: ")
