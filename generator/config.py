@@ -30,7 +30,7 @@ DAPO_EPSILON_HIGH = 0.28
 
 
 def _positive(value: float, flag: str) -> None:
-    if value <= 0:
+    if not value > 0:  # also refuses NaN
         raise ConfigError(f"must be positive, got {value}", where=flag)
 
 

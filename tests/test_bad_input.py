@@ -151,3 +151,11 @@ def test_ab_bad_flag_value_is_one_error_line(tmp_path: Path, capsys: pytest.Capt
     assert info.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith(f"error: {flag}: ")
+
+
+def test_grpo_nan_learning_rate_refused(tmp_path: Path) -> None:
+    """``--learning-rate nan`` passed the ``value <= 0`` check and GRPO started training."""
+    from generator.config import GRPOConfig
+
+    with pytest.raises(ConfigError, match="--learning-rate"):
+        GRPOConfig(data=tmp_path, out=tmp_path / "o", learning_rate=float("nan"))
