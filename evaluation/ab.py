@@ -80,7 +80,7 @@ class ABConfig:
     """Evaluate at most this many samples of the split (0 = all), taken evenly across paths."""
     generation_samples: int = 0
     """Of those, generate SQL for at most this many (0 = all); generation is the slow part."""
-    max_new_tokens: int = 160
+    max_new_tokens: int = 192
     """Tokens per generated answer at most."""
     batch_size: int = 8
     """Prompts per generate call."""

@@ -113,6 +113,16 @@ def test_bad_ab_options(tiny_data: Path) -> None:
         ABConfig(data=str(tiny_data), methods=("bm25",))
 
 
+def test_a_generator_folder_without_a_model_names_the_generator_flag(tiny_data: Path, tmp_path: Path) -> None:
+    from data_pipeline.errors import ConfigError
+
+    (tmp_path / "gen").mkdir()
+    cfg = ABConfig(data=str(tiny_data), out=str(tmp_path / "ab"), methods=(), generator=str(tmp_path / "gen"),
+                   conditions=("gold",), max_samples=2, progress=False)  # fmt: skip
+    with pytest.raises(ConfigError, match=r"^--generator: .*gen has no config\.json"):
+        evaluate(cfg)
+
+
 SPIDER_LIKE = Schema(
     "concert",
     (
