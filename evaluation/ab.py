@@ -32,6 +32,7 @@ mongodb``: pass ``--generator ""`` to run the routing methods only, e.g.::
 from __future__ import annotations
 
 import time
+from itertools import zip_longest
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -148,17 +149,26 @@ def server_dataset(cfg: ABConfig, ds: BuiltDataset) -> BuiltDataset:
 def select_samples(samples: Sequence[Sample], n: int) -> list[Sample]:
     """At most ``n`` samples (all when ``n == 0``), round-robin over paths so every path keeps a share.
 
+    The paths take turns by hop count (first 0-hop path, first 1-hop path, ..., second 0-hop
+    path, ...), so a small ``n`` covers every hop count even when the split is sorted by path.
+
     >>> from data_pipeline.graph import JoinPath
-    >>> mk = lambda i, a: Sample(str(i), "db", "q", "en", JoinPath(a, (), a), "SELECT 1")
+    >>> mk = lambda i, a, t=None: Sample(str(i), "db", "q", "en", JoinPath(a, (), t or a), "SELECT 1")
     >>> [s.id for s in select_samples([mk(0, "a"), mk(1, "a"), mk(2, "b"), mk(3, "b")], 2)]
     ['0', '2']
+    >>> [s.id for s in select_samples([mk(0, "a"), mk(1, "b"), mk(2, "c"), mk(3, "a", "b")], 2)]
+    ['0', '3']
     """
     if n == 0 or n >= len(samples):
         return list(samples)
     by_path: dict[JoinPath, list[Sample]] = {}
     for s in samples:
         by_path.setdefault(s.path, []).append(s)
-    queues = list(by_path.values())
+    by_hops: dict[int, list[list[Sample]]] = {}
+    for path, queue in by_path.items():
+        by_hops.setdefault(path.hops, []).append(queue)
+    turns = zip_longest(*(by_hops[h] for h in sorted(by_hops)))
+    queues = [q for turn in turns for q in turn if q is not None]
     out: list[Sample] = []
     i = 0
     while len(out) < n:
