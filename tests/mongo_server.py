@@ -27,6 +27,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pymongo
@@ -195,3 +196,13 @@ def server_unavailable(reason: str) -> None:
     if in_ci():
         pytest.fail(message + " (CI=true: the mongo tests must run)", pytrace=False)
     pytest.skip(message)
+
+
+def running_server() -> Iterator[MongoServer]:
+    """Body of the tests' ``server`` fixtures: a started server, stopped afterwards (else fail/skip)."""
+    try:
+        srv = MongoServer().start()
+    except ServerUnavailable as exc:
+        server_unavailable(str(exc))
+    yield srv
+    srv.stop()

@@ -28,7 +28,7 @@ from data_pipeline.errors import CheckpointError, ConfigError
 from data_pipeline.mongo_load import main as load_main
 
 from conftest import make_tiny_shop
-from mongo_server import MongoServer, ServerUnavailable, server_unavailable
+from mongo_server import MongoServer, running_server
 
 ENCODER = "all-MiniLM-L6-v2"
 
@@ -42,12 +42,7 @@ def _records(folder: Path) -> list[dict[str, Any]]:
 
 @pytest.fixture(scope="module")
 def server():
-    try:
-        srv = MongoServer().start()
-    except ServerUnavailable as exc:
-        server_unavailable(str(exc))
-    yield srv
-    srv.stop()
+    yield from running_server()
 
 
 @pytest.fixture(scope="module")

@@ -52,7 +52,7 @@ from data_pipeline.schema import Column, Schema, Table, introspect
 from rewards.sql_execution import normalize_rows, results_match
 
 from conftest import make_tiny_shop
-from mongo_server import MongoServer, ServerUnavailable, server_unavailable
+from mongo_server import MongoServer, running_server
 
 NORTHWIND_FKS_INFERRED = {
     ("CustomerCustomerDemo", "CustomerID", "Customers", "CustomerID"),
@@ -102,12 +102,7 @@ def northwind_ds(northwind_dir: Path):
 
 @pytest.fixture(scope="module")
 def server():
-    try:
-        srv = MongoServer().start()
-    except ServerUnavailable as exc:
-        server_unavailable(str(exc))
-    yield srv
-    srv.stop()
+    yield from running_server()
 
 
 @pytest.fixture(scope="module")
