@@ -41,7 +41,7 @@ from typing import Any
 from data_pipeline.backends.registry import check_backend_options, open_backend
 from data_pipeline.cli import parse, run_main
 from data_pipeline.dataset import BuiltDataset, load_dataset
-from data_pipeline.errors import ConfigError
+from data_pipeline.errors import ConfigError, Route2SQLError
 from data_pipeline.graph import JoinPath, SchemaGraph
 from data_pipeline.io import ensure_writable_dir
 from data_pipeline.samples import SPLITS, Sample
@@ -85,8 +85,10 @@ class ABConfig:
     """Tokens per generated answer at most."""
     batch_size: int = 8
     """Prompts per generate call."""
-    k_examples: int = 3
-    """Retrieved example queries in each prompt."""
+    k_examples: int | None = None
+    """Retrieved example queries in each prompt; default: what a trained --generator folder was trained with, else 3."""
+    schema_detail: str | None = None
+    """Routed schema in each prompt, full or compact (~3x fewer tokens); default: the trained --generator's setting, else full."""
     timeout_s: float = 5.0
     """Seconds each query may run."""
     seed: int = 0
@@ -109,6 +111,10 @@ class ABConfig:
             raise ConfigError(f"must be >= 1, got {self.batch_size}", where="--batch-size")
         if self.max_new_tokens < 1:
             raise ConfigError(f"must be >= 1, got {self.max_new_tokens}", where="--max-new-tokens")
+        if self.k_examples is not None and self.k_examples < 0:
+            raise ConfigError(f"must be >= 0, got {self.k_examples}", where="--k-examples")
+        if self.schema_detail not in (None, "full", "compact"):
+            raise ConfigError(f"must be full or compact, got {self.schema_detail!r}", where="--schema-detail")
         if not self.timeout_s > 0 or self.timeout_s == float("inf"):  # also refuses NaN
             raise ConfigError(f"must be a positive number of seconds, got {self.timeout_s}", where="--timeout-s")
         check_backend_options(self.backend, None, self.uri, db_required=False)
@@ -268,6 +274,39 @@ def execution_metrics(rows: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
+@dataclass(frozen=True)
+class PromptSettings:
+    """How the generator's prompts are built in the A/B (see :func:`generator.prompt.build_prompt`)."""
+
+    k_examples: int
+    with_reasoning: bool
+    schema_detail: str
+
+
+def prompt_settings(cfg: ABConfig) -> PromptSettings:
+    """The prompt settings of ``cfg``: each option given on the command line, else what the
+    trained ``--generator`` folder records it was trained with (a generator trained on compact
+    k=0 prompts is evaluated on compact k=0 prompts), else the base-model defaults (3 examples,
+    reasoning, full schema).
+
+    Raises:
+        ConfigError: ``--generator`` names a folder whose ``route2sql_generator.json`` is unreadable.
+    """
+    from generator.generate import GENERATOR_META, trained_prompt
+
+    recorded: dict[str, Any] = {}
+    if cfg.generator and (Path(cfg.generator) / GENERATOR_META).is_file():
+        try:
+            recorded = trained_prompt(cfg.generator)
+        except Route2SQLError as exc:
+            raise ConfigError(exc.message, where="--generator") from exc
+    return PromptSettings(
+        k_examples=cfg.k_examples if cfg.k_examples is not None else int(recorded.get("k_examples", 3)),
+        with_reasoning=bool(recorded.get("with_reasoning", True)),
+        schema_detail=cfg.schema_detail or str(recorded.get("schema_detail", "full")),
+    )
+
+
 def run_generation(
     cfg: ABConfig, ds: BuiltDataset, samples: list[Sample], paths_by_condition: dict[str, list[JoinPath | None]]
 ) -> tuple[dict[str, Any], dict[str, list[dict[str, Any]]]]:
@@ -288,13 +327,15 @@ def run_generation(
         model, tokenizer, _ = load_policy(model_cfg, cfg.generator if is_trained else None)
     except ConfigError as exc:
         raise ConfigError(exc.message, where="--generator") from exc
-    retriever = ExampleRetriever(ds.split("train")) if cfg.k_examples > 0 else None
+    ps = prompt_settings(cfg)
+    retriever = ExampleRetriever(ds.split("train")) if ps.k_examples > 0 else None
     scorer = ExecutionScorer(timeout_s=cfg.timeout_s)
     metrics: dict[str, Any] = {}
     rows_by_condition: dict[str, list[dict[str, Any]]] = {}
     for condition, paths in paths_by_condition.items():
         prompts = [
-            prompt_token_ids(tokenizer, sample_messages(s, ds, retriever, path=p, k=cfg.k_examples))
+            prompt_token_ids(tokenizer, sample_messages(s, ds, retriever, path=p, k=ps.k_examples,
+                                                        with_reasoning=ps.with_reasoning, schema_detail=ps.schema_detail))
             for s, p in zip(samples, paths, strict=True)
         ]
         t0 = time.perf_counter()
@@ -369,6 +410,7 @@ def evaluate(cfg: ABConfig, extra_methods: dict[str, PathPredictor] | None = Non
                 results["generation_routed_by"] = best
             else:
                 results["notes"].append("condition 'routed' skipped: no routing method ran")
+        results["generation_prompt"] = asdict(prompt_settings(cfg))
         results["generation"], gen_rows = run_generation(cfg, ds, gen_samples, paths)
         results["dataset"]["n_generation"] = len(gen_samples)
     write_report(out, results, samples, predictions, gen_rows)

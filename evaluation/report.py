@@ -165,7 +165,8 @@ def write_report(
                   breakdown_table(results, "routing", "by_entity_kind", "full_path_acc"), "",
                   "![routing](routing.png)", ""]  # fmt: skip
     if results["generation"]:
-        parts += ["## Generated SQL", "", f"Routed condition uses: `{results.get('generation_routed_by', '-')}`.", "",
+        routed_by = results.get("generation_routed_by", "-")
+        parts += ["## Generated SQL", "", f"Routed condition uses: `{routed_by}`. Prompt: {prompt_line(results)}.", "",
                   execution_table(results), "", "### Execution accuracy by hop count", "",
                   breakdown_table(results, "generation", "by_hops", "execution_accuracy"), "",
                   "![execution](execution.png)", ""]  # fmt: skip
@@ -174,3 +175,12 @@ def write_report(
     parts += ["Per-sample failures: `failures.csv`. Raw numbers: `ab_results.json`.", ""]
     atomic_write_text(out / "report.md", "\n".join(parts))
     json.dumps(results)  # fail loudly here, not in a reader, if something is not JSON-able
+
+
+def prompt_line(results: dict[str, Any]) -> str:
+    """How the generator's prompts were built, e.g. ``3 retrieved examples, full schema, with reasoning``."""
+    p = results.get("generation_prompt")
+    if not p:
+        return "-"
+    return (f"{p['k_examples']} retrieved examples, {p['schema_detail']} schema, "
+            f"{'with' if p['with_reasoning'] else 'without'} reasoning")  # fmt: skip

@@ -11,6 +11,7 @@ import pytest
 
 from data_pipeline import JoinPath, Sample, SchemaGraph, build_dataset
 from data_pipeline.pipeline import BuildConfig
+from data_pipeline.errors import ConfigError
 from data_pipeline.schema import Column, ForeignKey, Schema, Table
 from evaluation.ab import ABConfig, evaluate, execution_metrics, select_samples, table_set_acc
 from evaluation.gold_paths import derive_gold_path
@@ -173,3 +174,27 @@ def test_spider_gold_route_tables_include_nested() -> None:
     gold = derive_gold_path("SELECT name FROM singer WHERE singer_id IN (SELECT singer_id FROM singer_in_concert)",
                             SchemaGraph(SPIDER_LIKE))  # fmt: skip
     assert gold.tables == {"singer", "singer_in_concert"}
+
+
+def test_ab_prompts_follow_a_trained_generator_unless_told_otherwise(tmp_path: Path) -> None:
+    from evaluation.ab import PromptSettings, prompt_settings
+
+    gen = tmp_path / "gen"
+    gen.mkdir()
+    (gen / "route2sql_generator.json").write_text(json.dumps(
+        {"prompt": {"k_examples": 0, "with_reasoning": False, "schema_detail": "compact"}}), encoding="utf-8")
+    assert prompt_settings(ABConfig(data="d", generator=str(gen))) == PromptSettings(0, False, "compact")
+    assert prompt_settings(ABConfig(data="d", generator=str(gen), k_examples=2, schema_detail="full")) == \
+        PromptSettings(2, False, "full")
+    # a base model (no trained-generator meta): 3 examples, reasoning, full schema
+    assert prompt_settings(ABConfig(data="d")) == PromptSettings(3, True, "full")
+    (gen / "route2sql_generator.json").write_text("{not json", encoding="utf-8")
+    with pytest.raises(ConfigError, match=r"^--generator: .*unreadable"):
+        prompt_settings(ABConfig(data="d", generator=str(gen)))
+
+
+def test_bad_prompt_options_name_their_flag() -> None:
+    with pytest.raises(ConfigError, match="^--schema-detail: "):
+        ABConfig(data="d", schema_detail="tiny")
+    with pytest.raises(ConfigError, match="^--k-examples: "):
+        ABConfig(data="d", k_examples=-1)
