@@ -12,6 +12,10 @@ Generation conditions (the generator writes SQL for every question, which is the
 - ``routed``: the best available router's path (PPO, else SFT, else retrieval);
 - ``gold``: the labelled path (the upper bound routing can reach).
 
+The prompts are built as a trained ``--generator`` folder records it was trained (retrieved
+examples, schema detail, reasoning; :func:`prompt_settings`), else with 3 examples and the full
+schema; ``--k-examples`` and ``--schema-detail`` override either.
+
 Metrics, per method or condition, overall and by hop count / language / entity kind:
 ``anchor_acc``, ``via_acc``, ``target_acc``, ``full_path_acc``, ``table_set_acc`` (routing);
 ``execution_success`` (the query runs without error), ``execution_accuracy`` (Spider test-suite
