@@ -8,8 +8,8 @@ Steps (each is also its own command; their outputs land in ``--out``):
 4. ``python -m evaluation.ab``         -> ``OUT/report``      A/B report: routing methods and SQL conditions
 
 The defaults (Northwind, the offline multilingual-e5-small router encoder and the offline
-SmolLM2-135M-Instruct generator, few-shot) finish in about a quarter of an hour on 2 CPU cores;
-the budget flags below trade time for accuracy.
+SmolLM2-135M-Instruct generator, few-shot, compact schema) finish in about 8-9 minutes on 2
+idle CPU cores (docs/results/demo.md); the budget flags below trade time for accuracy.
 """
 
 from __future__ import annotations
