@@ -165,6 +165,8 @@ class GRPOConfig:
     # ---- zero-std groups
     dynamic_sampling: Literal["resample", "more", "off"] = "resample"
     """What to do with a group whose rewards are all equal: draw a new prompt, sample G more for it, or nothing."""
+    dynamic_sampling_signal: Literal["total", "execution"] = "total"
+    """Which reward's spread marks a group for a redraw: total (all components), or execution (a group where no completion differs in execution reward is redrawn even when proxy rewards differ)."""
     max_resamples: int = 2
     """Dynamic-sampling redraws allowed per step and process (each costs one group's generation)."""
     virtual_full_score: bool = False
@@ -236,6 +238,9 @@ class GRPOConfig:
         if self.dynamic_sampling not in DYNAMIC_SAMPLING:
             raise ConfigError(f"must be one of {', '.join(DYNAMIC_SAMPLING)}, got {self.dynamic_sampling!r}",
                               where="--dynamic-sampling")  # fmt: skip
+        if self.dynamic_sampling_signal not in ("total", "execution"):
+            raise ConfigError(f"must be total or execution, got {self.dynamic_sampling_signal!r}",
+                              where="--dynamic-sampling-signal")  # fmt: skip
         if self.max_resamples < 0:
             raise ConfigError(f"must be >= 0, got {self.max_resamples}", where="--max-resamples")
         if self.full_score is not None and not self.virtual_full_score:

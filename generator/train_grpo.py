@@ -195,6 +195,16 @@ class Group:
         """All rewards equal."""
         return bool(zero_std_groups(self.rewards[None])[0])
 
+    def flat(self, signal: str = "total") -> bool:
+        """Whether dynamic sampling should redraw this group: all total rewards equal
+        (``signal="total"``), or all execution rewards equal (``signal="execution"``: a group whose
+        completions differ only in proxy rewards, e.g. none runs, teaches proxies only; seed 000,
+        pitfall 1, at the level of one group)."""
+        if signal == "execution":
+            execution = torch.tensor([float(c["execution"]) for c in self.components])
+            return bool(zero_std_groups(execution[None])[0])
+        return self.zero_std
+
 
 def score_completions(
     texts: Sequence[str], gold_sql: str, db_path: str | Path, reward: SQLRewardConfig, scorer: ExecutionScorer
@@ -263,6 +273,8 @@ def _new_group(ro: Rollout, cfg: GRPOConfig, prompt: Prompt, n: int, min_new_tok
 def collect_groups(ro: Rollout, cfg: GRPOConfig, min_new_tokens: int = 0) -> list[Group]:
     """Sample and score ``cfg.prompts_per_step`` groups, redrawing zero-std ones (dynamic sampling).
 
+    A group is zero-std by ``cfg.dynamic_sampling_signal`` (:meth:`Group.flat`): its total
+    rewards, or its execution rewards, are all equal.
     ``cfg.dynamic_sampling``: ``"resample"`` replaces a zero-std group by a fresh prompt;
     ``"more"`` adds ``num_generations`` more completions to it (the group grows); ``"off"``
     keeps it. At most ``cfg.max_resamples`` redraws per call; counts go to ``ro.stats``.
@@ -270,12 +282,13 @@ def collect_groups(ro: Rollout, cfg: GRPOConfig, min_new_tokens: int = 0) -> lis
     groups = [_new_group(ro, cfg, ro.prompts[ro.stream.next()], cfg.num_generations, min_new_tokens)
               for _ in range(cfg.prompts_per_step)]  # fmt: skip
     ro.stats.groups_before += len(groups)
-    ro.stats.zero_std_before += sum(g.zero_std for g in groups)
+    signal = cfg.dynamic_sampling_signal
+    ro.stats.zero_std_before += sum(g.flat(signal) for g in groups)
     if cfg.dynamic_sampling == "off":
         return groups
     used = 0
     while True:
-        redo = plan_dynamic_sampling([g.zero_std for g in groups], used, cfg.max_resamples)
+        redo = plan_dynamic_sampling([g.flat(signal) for g in groups], used, cfg.max_resamples)
         if not redo:
             return groups
         for i in redo:

@@ -17,7 +17,7 @@ from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
 from conftest import make_tiny_shop
 from data_pipeline import BuildConfig, build_dataset, load_dataset
-from data_pipeline.errors import Route2SQLError
+from data_pipeline.errors import ConfigError, Route2SQLError
 from generator.config import GRPOConfig
 from generator.generate import (
     completion_logprobs,
@@ -179,14 +179,34 @@ def test_resume_from_a_checkpoint_reaches_the_same_parameters(grpo_run, tmp_path
 
 
 def test_loss_types_and_dynamic_sampling_run(tiny_model, tiny_data, tmp_path):
-    for loss_type, mode in (("grpo", "resample"), ("dr_grpo", "more")):
+    for loss_type, mode, signal in (("grpo", "resample", "total"), ("dr_grpo", "more", "total"),
+                                    ("dapo", "resample", "execution")):  # fmt: skip
         res = train(_grpo_cfg(tiny_data, tmp_path / loss_type, tiny_model, loss_type=loss_type, max_steps=1,
-                              dynamic_sampling=mode, max_resamples=1, virtual_full_score=False))  # fmt: skip
+                              dynamic_sampling=mode, dynamic_sampling_signal=signal, max_resamples=1,
+                              virtual_full_score=False))  # fmt: skip
         h = res.history[0]
         # every group of a random model is zero-std, so the one allowed redraw is spent
         assert h["dynamic_sampling/resamples"] == 1.0 and h["dynamic_sampling/frac_zero_std_before"] == 1.0
         assert h["num_completions"] == (6.0 if mode == "more" else 3.0)
         assert h["grad_norm"] == 0.0  # zero advantages and KL 0 at the start: nothing to learn
+
+
+def test_execution_signal_redraws_a_group_that_differs_only_in_proxy_rewards():
+    from generator.train_grpo import Group
+
+    def group(execution, totals):
+        comps = [{"execution": e, "format": 1.0, "syntax": 1.0, "schema": t, "ngram": 0.0}
+                 for e, t in zip(execution, totals, strict=True)]
+        return Group(prompt=None, completions=None, components=comps, rewards=torch.tensor(totals))
+
+    proxies_only = group([0.0, 0.0, 0.0], [0.3, 0.5, 0.4])  # nothing runs; schema reward differs
+    assert not proxies_only.flat("total") and proxies_only.flat("execution")
+    learns = group([0.0, 1.0, 0.0], [0.3, 3.5, 0.4])
+    assert not learns.flat("total") and not learns.flat("execution")
+    same = group([1.0, 1.0], [3.8, 3.8])
+    assert same.flat("total") and same.flat("execution")
+    with pytest.raises(ConfigError, match="^--dynamic-sampling-signal: "):
+        GRPOConfig(data="d", out="o", dynamic_sampling_signal="schema")
 
 
 # --------------------------------------------------------------------------- smoke test
