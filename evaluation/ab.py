@@ -40,7 +40,7 @@ from itertools import zip_longest
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from data_pipeline.backends.registry import check_backend_options, open_backend
 from data_pipeline.cli import parse, run_main
@@ -49,6 +49,7 @@ from data_pipeline.errors import ConfigError, Route2SQLError
 from data_pipeline.graph import JoinPath, SchemaGraph
 from data_pipeline.io import ensure_writable_dir
 from data_pipeline.samples import SPLITS, Sample
+from generator.prompt import check_schema_detail
 from router.evaluate import PathPredictor, path_metrics
 
 ROUTING_METHODS = ("retrieval", "sft", "ppo")
@@ -91,7 +92,7 @@ class ABConfig:
     """Prompts per generate call."""
     k_examples: int | None = None
     """Retrieved example queries in each prompt; default: what a trained --generator folder was trained with, else 3."""
-    schema_detail: str | None = None
+    schema_detail: Literal["full", "compact"] | None = None
     """Routed schema in each prompt, full or compact (~3x fewer tokens); default: the trained --generator's setting, else full."""
     timeout_s: float = 5.0
     """Seconds each query may run."""
@@ -117,8 +118,7 @@ class ABConfig:
             raise ConfigError(f"must be >= 1, got {self.max_new_tokens}", where="--max-new-tokens")
         if self.k_examples is not None and self.k_examples < 0:
             raise ConfigError(f"must be >= 0, got {self.k_examples}", where="--k-examples")
-        if self.schema_detail not in (None, "full", "compact"):
-            raise ConfigError(f"must be full or compact, got {self.schema_detail!r}", where="--schema-detail")
+        check_schema_detail(self.schema_detail)
         if not self.timeout_s > 0 or self.timeout_s == float("inf"):  # also refuses NaN
             raise ConfigError(f"must be a positive number of seconds, got {self.timeout_s}", where="--timeout-s")
         check_backend_options(self.backend, None, self.uri, db_required=False)
@@ -312,12 +312,14 @@ def prompt_settings(cfg: ABConfig) -> PromptSettings:
 
 
 def run_generation(
-    cfg: ABConfig, ds: BuiltDataset, samples: list[Sample], paths_by_condition: dict[str, list[JoinPath | None]]
+    cfg: ABConfig, ds: BuiltDataset, samples: list[Sample], paths_by_condition: dict[str, list[JoinPath | None]],
+    ps: PromptSettings,
 ) -> tuple[dict[str, Any], dict[str, list[dict[str, Any]]]]:
-    """Generate, execute and score SQL for every condition; returns (metrics, per-sample rows) by condition."""
+    """Generate, execute and score SQL for every condition, prompting as ``ps`` says; returns
+    (metrics, per-sample rows) by condition."""
     import torch
 
-    from generator.generate import generate_answers, load_policy, prompt_token_ids, sample_messages
+    from generator.generate import GENERATOR_META, generate_answers, load_policy, prompt_token_ids, sample_messages
     from generator.models import ModelConfig
     from generator.parsing import parse_answer
     from generator.retrieval import ExampleRetriever
@@ -325,13 +327,12 @@ def run_generation(
 
     torch.manual_seed(cfg.seed)
     assert cfg.generator  # checked by the caller
-    is_trained = (Path(cfg.generator) / "route2sql_generator.json").is_file()
+    is_trained = (Path(cfg.generator) / GENERATOR_META).is_file()
     try:  # the model options are this command's --generator, not the generator commands' --model
         model_cfg = ModelConfig(model=cfg.generator if not is_trained else ModelConfig().model, use_lora=False)
         model, tokenizer, _ = load_policy(model_cfg, cfg.generator if is_trained else None)
     except ConfigError as exc:
         raise ConfigError(exc.message, where="--generator") from exc
-    ps = prompt_settings(cfg)
     retriever = ExampleRetriever(ds.split("train")) if ps.k_examples > 0 else None
     scorer = ExecutionScorer(timeout_s=cfg.timeout_s)
     metrics: dict[str, Any] = {}
@@ -414,8 +415,9 @@ def evaluate(cfg: ABConfig, extra_methods: dict[str, PathPredictor] | None = Non
                 results["generation_routed_by"] = best
             else:
                 results["notes"].append("condition 'routed' skipped: no routing method ran")
-        results["generation_prompt"] = asdict(prompt_settings(cfg))
-        results["generation"], gen_rows = run_generation(cfg, ds, gen_samples, paths)
+        ps = prompt_settings(cfg)
+        results["generation_prompt"] = asdict(ps)
+        results["generation"], gen_rows = run_generation(cfg, ds, gen_samples, paths, ps)
         results["dataset"]["n_generation"] = len(gen_samples)
     write_report(out, results, samples, predictions, gen_rows)
     return results

@@ -18,10 +18,12 @@ import json
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 from data_pipeline.cli import parse, run_main
 from data_pipeline.errors import ConfigError
 from data_pipeline.io import ensure_writable_dir, write_json
+from generator.prompt import check_schema_detail
 
 
 @dataclass
@@ -48,7 +50,7 @@ class DemoConfig:
     """Test questions the generator answers under each path condition (0 = all); generation is the slow step."""
     max_new_tokens: int = 192
     """Tokens per generated answer at most."""
-    schema_detail: str | None = "compact"
+    schema_detail: Literal["full", "compact"] | None = "compact"
     """Routed schema in the generator's prompts: compact (Table(col, ...) lines, ~3x fewer prompt tokens, keeps the demo under 15 minutes), full, or None for a trained generator's own setting."""
     seed: int = 0
     """Seed of every step."""
@@ -60,8 +62,7 @@ class DemoConfig:
             raise ConfigError(f"must be >= 1, got {self.sft_epochs}", where="--sft-epochs")
         if self.ppo_updates < 0:
             raise ConfigError(f"must be >= 0, got {self.ppo_updates}", where="--ppo-updates")
-        if self.schema_detail not in (None, "full", "compact"):
-            raise ConfigError(f"must be full, compact or None, got {self.schema_detail!r}", where="--schema-detail")
+        check_schema_detail(self.schema_detail)
 
 
 def run_demo(cfg: DemoConfig) -> dict:

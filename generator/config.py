@@ -20,7 +20,7 @@ import tyro
 from data_pipeline.errors import ConfigError
 from generator.grpo import LOSS_TYPES
 from generator.models import ModelConfig
-from generator.prompt import SCHEMA_DETAILS
+from generator.prompt import check_schema_detail
 from rewards.sql import SQLRewardConfig
 
 SPLIT_NAMES = ("train", "validation", "test", "test_heldout")
@@ -38,8 +38,7 @@ def _check_prompt(k_examples: int, max_prompt_tokens: int, schema_detail: str | 
     if k_examples < 0:
         raise ConfigError(f"must be >= 0, got {k_examples}", where="--k-examples")
     _positive(max_prompt_tokens, "--max-prompt-tokens")
-    if schema_detail is not None and schema_detail not in SCHEMA_DETAILS:
-        raise ConfigError(f"must be one of {', '.join(SCHEMA_DETAILS)}, got {schema_detail!r}", where="--schema-detail")
+    check_schema_detail(schema_detail)
 
 
 @dataclass

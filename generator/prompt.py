@@ -58,6 +58,16 @@ SAMPLE_VALUE_CHARS = 24
 SCHEMA_DETAILS = ("full", "compact")
 """Values of ``build_prompt(schema_detail=...)``."""
 
+
+def check_schema_detail(value: str | None) -> None:
+    """Refuse a ``--schema-detail`` outside :data:`SCHEMA_DETAILS` (None: "use the default").
+
+    Raises:
+        ConfigError: naming ``--schema-detail``.
+    """
+    if value is not None and value not in SCHEMA_DETAILS:
+        raise ConfigError(f"must be one of {', '.join(SCHEMA_DETAILS)}, got {value!r}", where="--schema-detail")
+
 Message = dict[str, str]
 
 _PLAIN_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
