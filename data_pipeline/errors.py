@@ -51,7 +51,27 @@ class CheckpointError(Route2SQLError):
 
 
 class QueryRejected(Route2SQLError):
-    """A generated query refused before it ran: not a single read-only statement."""
+    """A generated query refused before it ran: not a single read-only statement.
+
+    ``kind`` says why, for the rewards (``rewards/sql.py``): ``"unsafe"`` (the default: a write,
+    a schema change, ``ATTACH``/``PRAGMA``, several statements, a denied function), ``"limit"``
+    (longer or nested deeper than the gate reads) or ``"invalid"`` (empty, or text that does not
+    parse as SQL and names no write). A refusal for ``unsafe`` or ``limit`` earns no reward at
+    all; ``invalid`` text keeps its format and partial-name credit.
+
+    >>> QueryRejected("expected one statement, got 2").kind
+    'unsafe'
+    >>> QueryRejected("empty query", kind="invalid").kind
+    'invalid'
+    """
+
+    KINDS = ("unsafe", "limit", "invalid")
+
+    def __init__(self, message: str, *, where: str | Path | None = None, line: int | None = None, kind: str = "unsafe"):
+        if kind not in self.KINDS:
+            raise ValueError(f"kind must be one of {', '.join(self.KINDS)}, got {kind!r}")
+        self.kind = kind
+        super().__init__(message, where=where, line=line)
 
 
 class QueryTimeout(Route2SQLError):
