@@ -29,6 +29,25 @@ class Route2SQLError(Exception):
             prefix = f"{self.where}:{line}: " if line is not None else f"{self.where}: "
         super().__init__(prefix + message)
 
+    def __reduce__(self) -> tuple[object, ...]:
+        """Pickle with ``where``/``line`` and extra attributes (errors cross worker processes intact).
+
+        >>> import pickle
+        >>> e = pickle.loads(pickle.dumps(DataError("bad label", where="train.jsonl", line=3)))
+        >>> type(e).__name__, str(e), e.line
+        ('DataError', 'train.jsonl:3: bad label', 3)
+        """
+        extra = {k: v for k, v in self.__dict__.items() if k not in ("message", "where", "line")}
+        return (_rebuild, (type(self), self.message, self.where, self.line, extra))
+
+
+def _rebuild(cls: type, message: str, where: str | None, line: int | None, extra: dict[str, object]) -> Route2SQLError:
+    """Unpickle a :class:`Route2SQLError` (see :meth:`Route2SQLError.__reduce__`)."""
+    err = Route2SQLError.__new__(cls)
+    Route2SQLError.__init__(err, message, where=where, line=line)
+    err.__dict__.update(extra)
+    return err
+
 
 class SchemaError(Route2SQLError):
     """A database or schema that cannot be used (missing file, not SQLite, unknown table...)."""

@@ -513,7 +513,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     answers = generate_answers(model, tokenizer, prompts, max_new_tokens=cfg.max_new_tokens,
                                batch_size=cfg.batch_size, temperature=cfg.temperature, progress=cfg.progress)
     gen_s = time.perf_counter() - t0
-    comps = sql_reward_components(answers, [s.sql for s in samples], ds.db_path, cfg.reward)
+    with cfg.reward.make_scorer() as scorer:  # worker processes: every answer under a hard deadline
+        comps = sql_reward_components(answers, [s.sql for s in samples], ds.db_path, cfg.reward, scorer)
     records = []
     for s, p, a, c in zip(samples, paths, answers, comps, strict=True):
         records.append({"id": s.id, "question": s.question, "path": None if p is None else str(p),

@@ -211,8 +211,11 @@ def score_completions(
 ) -> tuple[list[dict[str, Any]], torch.Tensor]:
     """Reward components and totals of one group's completions against its gold SQL.
 
-    A runaway query (cartesian product...) is aborted by the executor after ``reward.timeout_s``
-    and scores 0, so this returns within about ``len(texts) x timeout_s`` at worst.
+    With ``scorer`` from ``reward.make_scorer()`` the completions are scored in parallel in
+    ``reward.score_workers`` worker processes; a runaway query (cartesian product, a function
+    SQLite cannot interrupt) is stopped at ``reward.timeout_s`` (its worker is killed 0.4 s
+    later at worst) and scores 0, so one slow query does not hold up the others. Never raises
+    for any completion text (deep nesting, megabytes: see :mod:`rewards.sql`).
 
     Returns:
         ``(components, totals)`` with totals of shape ``(len(texts),)``.
@@ -649,6 +652,7 @@ def train(cfg: GRPOConfig) -> GRPOResult:
             if not box[0].get("ok"):
                 raise Route2SQLError(box[0].get("error") or "smoke test failed on the main process")
         if cfg.smoke_only:
+            scorer.close()
             return GRPOResult([], model, out)
 
     # ---- optimiser, schedule, DDP
@@ -715,6 +719,7 @@ def train(cfg: GRPOConfig) -> GRPOResult:
         if history:
             plot_reward_curves(history, out / "reward_curves.png")
         print(f"saved {out / 'final'}; metrics in {out / 'metrics.jsonl'}, curves in {out / 'reward_curves.png'}")
+    scorer.close()  # stops the scoring worker processes
     accelerator.wait_for_everyone()
     return GRPOResult(history, model, out)
 

@@ -24,19 +24,44 @@ tables in the wrong format::
 The execution weight must exceed the proxy weights together (checked in
 :class:`SQLRewardConfig`): seed 000's proxies rose all night while execution stayed 0, and a
 policy must never be able to earn more by looking like the gold query than by being right.
+
+**A refused statement totals 0.** An answer whose SQL the executor's gate refuses as unsafe (a
+write, a schema change, ``ATTACH``/``PRAGMA``, several statements, a denied function) or as
+beyond its limits (longer than 20,000 characters, nested too deeply) scores 0 in every
+component, format included (:func:`rewards.answer.refused_outright`): before, a refused
+``INSERT`` or ``DROP`` totalled 0.25 and a refused ``DELETE`` 0.1, so writing paid more than
+writing nothing. Text that is merely not SQL keeps its format and partial-name credit.
+
+**Never an exception from a completion.** Whatever the text (deep nesting, megabytes, any
+unicode), every component is a finite number in ``[0, 1]`` or None and the total is in
+``[0, max_total]``; only a wrong database or a failing gold query raises.
+
+**Parallel scoring.** ``config.make_scorer()`` gives a scorer with ``score_workers`` worker
+processes (:mod:`rewards.pool`); :func:`sql_reward_components` then scores a batch's completions
+in parallel, every one under a hard deadline of ``timeout_s + 0.4`` seconds and a memory cap,
+so one slow query no longer holds up the batch. ``score_workers = 0`` scores in this process.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from data_pipeline.backends.sqlite import SQLiteExecutor
+from data_pipeline.backends.sqlite import MAX_RESULT_BYTES, SQLiteExecutor
 from data_pipeline.errors import ConfigError
-from generator.parsing import completion_text, parse_answer
-from rewards.sql_execution import ExecutionScorer, execution_reward, execution_scores
+from rewards.answer import ParsedAnswer, completion_text, parse_answer, refused_outright
+from rewards.pool import DEFAULT_MEMORY_MB, Outcome
+from rewards.sql_execution import (
+    ExecutionScore,
+    ExecutionScorer,
+    Limits,
+    execution_reward,
+    local_scorer,
+    log_worker_score,
+)
+from rewards.sql_execution import logger as _exec_logger
 from rewards.sql_format import format_reward
 from rewards.sql_ngram import counts_f1, ngrams, sql_tokens
 from rewards.sql_ngram import ngram_reward
@@ -69,6 +94,12 @@ class SQLRewardConfig:
     """Seconds each query may run before SQLite aborts it; a timed-out query scores 0."""
     max_rows: int = 10_000
     """Rows kept per result; a predicted query returning more scores 0."""
+    max_bytes: int = MAX_RESULT_BYTES
+    """Bytes kept per result (text and blobs, as marshal measures them); a predicted query returning more scores 0."""
+    score_workers: int = 2
+    """Worker processes that score a batch in parallel, each query under a hard deadline (timeout + 0.4 s); 0 scores in this process."""
+    worker_memory_mb: int = DEFAULT_MEMORY_MB
+    """Memory cap of each scoring worker process, MiB."""
 
     def __post_init__(self) -> None:
         for name in ("format_weight", "syntax_weight", "schema_weight", "ngram_weight"):
@@ -89,6 +120,12 @@ class SQLRewardConfig:
             raise ConfigError(f"must be positive, got {self.timeout_s}", where="timeout_s")
         if self.max_rows < 1:
             raise ConfigError(f"must be >= 1, got {self.max_rows}", where="max_rows")
+        if self.max_bytes < 1:
+            raise ConfigError(f"must be >= 1, got {self.max_bytes}", where="max_bytes")
+        if self.score_workers < 0:
+            raise ConfigError(f"must be >= 0, got {self.score_workers}", where="score_workers")
+        if self.worker_memory_mb < 128:
+            raise ConfigError(f"must be >= 128, got {self.worker_memory_mb}", where="worker_memory_mb")
 
     @property
     def weights(self) -> dict[str, float]:
@@ -100,9 +137,12 @@ class SQLRewardConfig:
         """The largest possible total (every component 1.0): 3.8 with the defaults."""
         return sum(self.weights.values())
 
-    def make_scorer(self, executor: SQLiteExecutor | None = None) -> ExecutionScorer:
-        """An :class:`ExecutionScorer` with this config's limits (create one per run and reuse it)."""
-        return ExecutionScorer(executor, timeout_s=self.timeout_s, max_rows=self.max_rows)
+    def make_scorer(self, executor: SQLiteExecutor | None = None, *, workers: int | None = None) -> ExecutionScorer:
+        """An :class:`ExecutionScorer` with this config's limits and ``score_workers`` workers
+        (``workers`` overrides); create one per run, reuse it, and close it at the end."""
+        return ExecutionScorer(executor, timeout_s=self.timeout_s, max_rows=self.max_rows, max_bytes=self.max_bytes,
+                               workers=self.score_workers if workers is None else workers,
+                               worker_memory_mb=self.worker_memory_mb)  # fmt: skip
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -132,9 +172,11 @@ def sql_reward_components(
             and ngram are then None).
         db_path: the SQLite file the gold SQL runs on, one for all or one per completion.
         config: weights and limits; ``SQLRewardConfig()`` when None.
-        executor: an :class:`ExecutionScorer` to reuse across calls (keeps gold results cached:
-            create one with ``config.make_scorer()`` per run); a bare :class:`SQLiteExecutor`
-            is wrapped for this call only (no gold cache across calls); None makes a new one.
+        executor: an :class:`ExecutionScorer` to reuse across calls (keeps gold results cached
+            and its worker processes running: create one with ``config.make_scorer()`` per run
+            and close it at the end); a bare :class:`SQLiteExecutor` is wrapped for this call
+            only (no gold cache across calls); None makes a new one. A wrapped or new scorer
+            scores in this process: worker processes are never started for a single call.
 
     Returns:
         One dict per completion, shape ``(batch,)``, with keys ``execution``, ``format``,
@@ -143,6 +185,7 @@ def sql_reward_components(
         rule, else 0.0), ``reason`` (the execution outcome, e.g. ``"match"``,
         ``"rejected: expected one statement, got 2"``, ``"timed out after 5 s"``) and
         ``answer_reason`` (what the parser found: ``"ok"``, ``"answer tag not closed"``...).
+        Never raises for any completion text (module docstring).
 
     Raises:
         ValueError: lengths differ.
@@ -150,36 +193,119 @@ def sql_reward_components(
         SchemaError: the database file is missing or not SQLite.
     """
     cfg = config or SQLRewardConfig()
-    if isinstance(executor, ExecutionScorer):
-        scorer = executor
-    else:
-        scorer = cfg.make_scorer(executor)
-    executions = execution_scores(completions, gold_sql, db_path, scorer=scorer)
-    # a GRPO group shares one gold query: read its names and n-grams once per call
-    gold_names = {g: schema_tokens(g) for g in set(gold_sql) if g is not None}
-    gold_grams = {g: ngrams(sql_tokens(g), cfg.ngram_n) for g in gold_names}
-    out: list[dict[str, Any]] = []
-    for c, gold, ex in zip(completions, gold_sql, executions, strict=True):
-        parsed = parse_answer(completion_text(c), require_reasoning=cfg.require_reasoning)
-        sql = parsed.sql
+    n = len(completions)
+    if n != len(gold_sql):
+        raise ValueError(f"{n} completions but {len(gold_sql)} gold queries")
+    dbs = _per_item(db_path, n, "db_path")
+    own = not isinstance(executor, ExecutionScorer)
+    scorer = executor if isinstance(executor, ExecutionScorer) else cfg.make_scorer(executor, workers=0)
+    texts = [completion_text(c) for c in completions]
+    try:
+        if scorer.workers < 1:
+            return [completion_components(t, g, db, cfg, scorer) for t, g, db in zip(texts, gold_sql, dbs, strict=True)]
+        out: list[dict[str, Any] | None] = [None] * n
+        sent = [i for i in range(n) if gold_sql[i] is not None]
+        for i in range(n):
+            if gold_sql[i] is None:
+                out[i] = completion_components(texts[i], None, dbs[i], cfg, scorer)
+        outcomes = scorer.map_in_workers(_components_job, [(cfg, texts[i], gold_sql[i], dbs[i]) for i in sent],
+                                         [(dbs[i], gold_sql[i]) for i in sent])  # fmt: skip
+        for i, o in zip(sent, outcomes, strict=True):
+            if o.ok:
+                out[i] = o.value
+                if o.value["execution"] == 0.0:
+                    log_worker_score(ExecutionScore(0.0, False, o.value["reason"], o.value.pop("_pred", None)),
+                                     parse_answer(texts[i]).sql)  # fmt: skip
+            else:
+                out[i] = _components_after(o, texts[i], gold_sql[i], cfg, scorer)
+            out[i].pop("_pred", None)
+        return [c for c in out if c is not None]
+    finally:
+        if own:
+            scorer.close()
+
+
+def _per_item(value: str | Path | Sequence[str | Path], n: int, name: str) -> list[str | Path]:
+    if isinstance(value, str | Path):
+        return [value] * n
+    items = list(value)
+    if len(items) != n:
+        raise ValueError(f"{n} completions but {len(items)} values of {name}")
+    return items
+
+
+def completion_components(text: str, gold: str | None, db: str | Path, config: SQLRewardConfig,
+                          scorer: ExecutionScorer) -> dict[str, Any]:  # fmt: skip
+    """:func:`sql_reward_components` of one completion's text, scored in this process.
+
+    Raises:
+        DataError, SchemaError: the gold query fails on ``db`` / ``db`` is not a SQLite file.
+    """
+    parsed = parse_answer(text, require_reasoning=config.require_reasoning)
+    ex = scorer.score(db, parsed.sql, gold)
+    return components_of(parsed, gold, ex, config)
+
+
+def _components_job(limits: Limits, config: SQLRewardConfig, text: str, gold: str, db: str | Path) -> dict[str, Any]:
+    """Worker: :func:`completion_components` on this worker's scorer (its connections and gold
+    cache), with the predicted query's outcome, rows left out, under ``"_pred"`` for the parent's log."""
+    parsed = parse_answer(text, require_reasoning=config.require_reasoning)
+    ex = local_scorer(limits).score(db, parsed.sql, gold)
+    comp = components_of(parsed, gold, ex, config)
+    if comp["execution"] == 0.0 and ex.pred is not None:
+        comp["_pred"] = replace(ex.pred, rows=None, columns=None)
+    return comp
+
+
+def _components_after(o: Outcome, text: str, gold: str | None, config: SQLRewardConfig,
+                      scorer: ExecutionScorer) -> dict[str, Any]:  # fmt: skip
+    """Components of a completion whose worker was stopped (or ran out of memory), or whose gold timed out."""
+    parsed = parse_answer(text, require_reasoning=config.require_reasoning)
+    return components_of(parsed, gold, scorer.outcome_score(o, parsed.sql), config)
+
+
+def components_of(parsed: ParsedAnswer, gold: str | None, ex: ExecutionScore, config: SQLRewardConfig) -> dict[str, Any]:
+    """The component dict of one parsed completion given its execution score (pure; never raises).
+
+    A completion whose SQL is :func:`~rewards.answer.refused_outright` scores 0 in every
+    component that applies (module docstring); any RecursionError left in a parser makes the
+    completion score the same way, with reason ``"answer nested too deeply to read"``.
+    """
+    sql = parsed.sql
+    refusal = refused_outright(sql)
+    try:
         schema: float | None = None
         ngram: float | None = None
         if gold is not None:
-            schema = 0.0 if sql is None else jaccard(schema_tokens(sql), gold_names[gold])
-            ngram = 0.0 if sql is None else counts_f1(ngrams(sql_tokens(sql), cfg.ngram_n), gold_grams[gold])
-        comp: dict[str, Any] = {
-            "execution": ex.f1,
-            "format": 1.0 if parsed.well_formed else 0.0,
-            "syntax": 1.0 if sql_parses(sql) else 0.0,
-            "schema": schema,
-            "ngram": ngram,
-        }
-        comp["total"] = weighted_total(comp, cfg)
-        comp["exact"] = 1.0 if ex.exact else 0.0
-        comp["reason"] = ex.reason
-        comp["answer_reason"] = parsed.reason
-        out.append(comp)
-    return out
+            schema = 0.0 if sql is None or refusal else jaccard(schema_tokens(sql), schema_tokens(gold))
+            ngram = 0.0 if sql is None or refusal else counts_f1(
+                ngrams(sql_tokens(sql), config.ngram_n), ngrams(sql_tokens(gold), config.ngram_n))
+        syntax = 1.0 if sql_parses(sql) else 0.0
+    except RecursionError:
+        refusal = "answer nested too deeply to read"
+        schema = ngram = None if gold is None else 0.0
+        syntax = 0.0
+    reason = ex.reason
+    if sql is None and ex.f1 == 0.0:
+        reason = f"no SQL in the completion ({parsed.reason})"
+        _exec_logger.debug("predicted SQL scored 0 (%s)", reason)
+    execution = ex.f1
+    if refusal is not None:
+        execution = None if ex.f1 is None else 0.0
+        if not reason.startswith("rejected"):
+            reason = f"rejected: {refusal}"
+    comp: dict[str, Any] = {
+        "execution": execution,
+        "format": 1.0 if parsed.well_formed and refusal is None else 0.0,
+        "syntax": 0.0 if refusal is not None else syntax,
+        "schema": schema,
+        "ngram": ngram,
+    }
+    comp["total"] = weighted_total(comp, config)
+    comp["exact"] = 1.0 if ex.exact and refusal is None else 0.0
+    comp["reason"] = reason
+    comp["answer_reason"] = parsed.reason
+    return comp
 
 
 def sql_rewards(

@@ -8,7 +8,8 @@ dropped. Text the tokenizer rejects (an unclosed quote) is cut on words and punc
 The score is the F1 of the two bigram multisets: ``matched / len(pred)`` (precision) and
 ``matched / len(gold)`` (recall), where ``matched`` counts shared bigrams with multiplicity.
 Recall alone would pay for padding a query with extra clauses, precision alone for writing
-very little; F1 pays for neither (weight 0.2).
+very little; F1 pays for neither (weight 0.2). An answer the gate refuses as unsafe or too large
+scores 0 (:func:`rewards.answer.refused_outright`). The tokens of each text are cached.
 """
 
 from __future__ import annotations
@@ -22,7 +23,10 @@ import sqlglot
 from sqlglot.errors import TokenError
 from sqlglot.tokens import TokenType
 
-from generator.parsing import score_against_gold
+from data_pipeline.backends.sqlite import LRUCache
+from rewards.answer import MAX_ANSWER_CHARS, score_against_gold
+
+_TOKENS = LRUCache(8192)
 
 _WORDS = re.compile(r"'[^']*'?|\w+|[^\w\s]", re.UNICODE)
 
@@ -34,7 +38,19 @@ def sql_tokens(sql: str) -> list[str]:
     ['SELECT', 'sum', '(', 'ypsl', ')', 'FROM', 'mz_cf', 'WHERE', 'd', '>', "'2024-05'"]
     >>> sql_tokens("SELECT 'unclosed")  # the fallback splitter
     ['SELECT', "'unclosed"]
+    >>> sql_tokens("x" * 20_001)  # longer than any reward reads
+    []
     """
+    if not isinstance(sql, str) or len(sql) > MAX_ANSWER_CHARS:
+        return []
+    hit = _TOKENS.get(sql)
+    if hit is None:
+        hit = tuple(_tokens(sql))
+        _TOKENS.put(sql, hit)
+    return list(hit)
+
+
+def _tokens(sql: str) -> list[str]:
     try:
         tokens = sqlglot.tokenize(sql, read="sqlite")
     except (TokenError, ValueError):

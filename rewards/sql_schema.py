@@ -14,7 +14,12 @@ through the weighted total (``rewards/sql.py``); its query pair scores 0.0 here.
 
 A query sqlglot cannot parse still gets partial credit: names are then read from its tokens
 (identifiers not followed by ``(`` and not after ``AS``), so a policy that picks the right tables
-but breaks the syntax learns that the tables were right (weight 0.3).
+but breaks the syntax learns that the tables were right (weight 0.3). A query the gate refuses as
+unsafe or too large scores 0 (:func:`rewards.answer.refused_outright`).
+
+The tree is the gate's own parse (:func:`data_pipeline.backends.sqlite.inspect_statement`: text
+nested deeper than the gate reads is never handed to sqlglot's recursive parser), and the names
+of each text are cached, so the gold query of a GRPO group is read once.
 """
 
 from __future__ import annotations
@@ -24,10 +29,13 @@ from typing import Any
 
 import sqlglot
 from sqlglot import exp
-from sqlglot.errors import ParseError, TokenError
+from sqlglot.errors import TokenError
 from sqlglot.tokens import TokenType
 
-from generator.parsing import score_against_gold
+from data_pipeline.backends.sqlite import LRUCache, inspect_statement
+from rewards.answer import MAX_ANSWER_CHARS, score_against_gold
+
+_NAMES = LRUCache(8192)
 
 _NAME_TOKENS = (TokenType.VAR, TokenType.IDENTIFIER)
 
@@ -75,11 +83,21 @@ def schema_tokens(sql: str) -> frozenset[str]:
     ['customer_id', 'customers', 'id', 'name', 'orders']
     >>> sorted(schema_tokens("SELECT name, FROM customers WHERE"))  # does not parse: lexer fallback
     ['customers', 'name']
+    >>> sorted(schema_tokens("SELECT " + "(" * 99 + "x"))  # nested too deeply for the parser: lexer fallback
+    ['x']
     """
+    if not isinstance(sql, str) or len(sql) > MAX_ANSWER_CHARS:
+        return frozenset()
+    hit = _NAMES.get(sql)
+    if hit is not None:
+        return hit
+    _, tree = inspect_statement(sql)
     try:
-        return _tokens_from_tree(sqlglot.parse(sql, read="sqlite"))
-    except (ParseError, TokenError):
-        return _tokens_from_lexer(sql)
+        names = _tokens_from_tree([tree]) if tree is not None else _tokens_from_lexer(sql)
+    except RecursionError:
+        names = _tokens_from_lexer(sql)
+    _NAMES.put(sql, names)
+    return names
 
 
 def jaccard(a: frozenset[str], b: frozenset[str]) -> float:

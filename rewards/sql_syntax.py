@@ -1,10 +1,10 @@
 """Syntax reward: 1.0 when the completion's SQL parses as one read-only query.
 
-"Parses" is the executor's own gate, :func:`data_pipeline.backends.sqlite.check_statement`
-(sqlglot, SQLite dialect): exactly one ``SELECT``/``UNION``/``INTERSECT``/``EXCEPT`` statement
+"Parses" is the executor's own gate, :func:`data_pipeline.backends.sqlite.gate_verdict`
+(sqlglot, SQLite dialect; the verdict is cached per text, so the executor does not parse again): exactly one ``SELECT``/``UNION``/``INTERSECT``/``EXCEPT`` statement
 (``WITH`` allowed) and no write, ``ATTACH``, ``PRAGMA`` or file function inside. A ``DROP TABLE``
 parses too, but paying syntax credit for it would reward the very statements the executor
-refuses, so it scores 0. The SQL is found with :func:`generator.parsing.parse_answer`, tags
+refuses, so it scores 0. The SQL is found with :func:`rewards.answer.parse_answer`, tags
 or not: seed 000's bare "wrong output: SELECT ..." scores 1 (weight 0.2).
 """
 
@@ -13,9 +13,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from data_pipeline.backends.sqlite import check_statement
-from data_pipeline.errors import QueryRejected
-from generator.parsing import completion_text, parse_answer
+from data_pipeline.backends.sqlite import gate_verdict
+from rewards.answer import completion_text, parse_answer
 
 
 def sql_parses(sql: str | None) -> bool:
@@ -28,11 +27,7 @@ def sql_parses(sql: str | None) -> bool:
     """
     if sql is None:
         return False
-    try:
-        check_statement(sql)
-    except QueryRejected:
-        return False
-    return True
+    return gate_verdict(sql).ok
 
 
 def syntax_reward(completions: Sequence[Any], **kwargs: Any) -> list[float]:

@@ -214,8 +214,8 @@ class GateVerdict:
         return self.text
 
 
-class _LRU:
-    """A small thread-safe least-recently-used map (``get``/``put``)."""
+class LRUCache:
+    """A small thread-safe least-recently-used map: ``get`` (None when absent) and ``put``; ``size`` entries at most."""
 
     def __init__(self, size: int) -> None:
         self.size = size
@@ -241,7 +241,7 @@ class _LRU:
             self._data.clear()
 
 
-_VERDICTS = _LRU(GATE_CACHE_SIZE)
+_VERDICTS = LRUCache(GATE_CACHE_SIZE)
 
 
 def inspect_statement(sql: str) -> tuple[GateVerdict, exp.Expression | None]:

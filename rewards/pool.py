@@ -1,0 +1,451 @@
+"""Worker processes that score a batch in parallel, each item under a hard wall-clock deadline.
+
+:class:`WorkerPool` starts ``workers`` child processes (``python -m rewards.pool``, so the
+parent's ``__main__`` and its torch are never imported again) and sends them calls of
+module-level functions; each worker keeps its own read-only SQLite connections, gate verdicts
+and gold results between calls. Items are dealt out in small chunks to whichever worker is
+free, so one slow query holds up at most the rest of its chunk, never the other workers.
+
+Guarantees on top of the in-process executor's (read-only gate, authorizer, ``mode=ro``,
+timeout inside SQLite, row and byte caps), which every worker keeps:
+
+- **a hard deadline**: an item still running ``budget_s`` seconds after it started (its
+  worker's previous reply) has its worker killed (``SIGKILL``); the item's :class:`Outcome` says
+  ``killed`` and the rest of that chunk is sent again to another worker. This stops what SQLite
+  cannot interrupt (one ``instr`` over two megabyte strings ran 7.7 s past a 0.5 s timeout).
+- **bounded memory**: each worker's address space is capped at ``memory_mb``
+  (``RLIMIT_AS``) and SQLite's heap at half of it (``PRAGMA hard_heap_limit``); a query that
+  needs more fails with "out of memory" (the worker is then replaced) instead of swapping.
+- **warm-up per worker**: items may name a ``key`` whose warm-up call (a gold query) must have
+  run on a worker before the item is sent there, so an item's budget covers only its own query.
+
+A killed worker is replaced on demand; :meth:`WorkerPool.close` stops them all. Messages are
+pickles framed by their length on the worker's stdin/stdout (the worker's own prints go to its
+stderr).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import pickle
+import selectors
+import struct
+import subprocess
+import sys
+import time
+from collections import deque
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from data_pipeline.errors import ConfigError
+
+DEFAULT_MEMORY_MB = 1024
+"""Address-space cap of one worker, MiB (Python, sqlglot and the executor need about 70 MiB)."""
+
+START_TIMEOUT_S = 30.0
+"""Longest wait for a new worker's first reply before the pool gives up."""
+
+MAX_CHUNK = 32
+"""Most items sent to one worker at once."""
+
+_HEADER = struct.Struct("!Q")
+
+
+@dataclass
+class Outcome:
+    """What became of one item.
+
+    Attributes:
+        value: the function's return value (None when it raised, was killed or was skipped).
+        error: the exception it raised, when it did.
+        killed: the worker was killed at the item's deadline, or died while running it.
+        skipped: the outcome of the item's warm-up call when that failed and the item was not
+            sent (see ``skip_if`` of :meth:`WorkerPool.map`); None otherwise.
+        seconds: wall time from the item's start on a worker to its reply (or the kill).
+    """
+
+    value: Any = None
+    error: BaseException | None = None
+    killed: bool = False
+    skipped: Outcome | None = None
+    seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and not self.killed and self.skipped is None
+
+
+def _write_frame(fh: Any, obj: Any) -> None:
+    data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+    fh.write(_HEADER.pack(len(data)) + data)
+    fh.flush()
+
+
+def _read_exactly(fh: Any, n: int) -> bytes | None:
+    chunks = []
+    while n:
+        got = fh.read(n)
+        if not got:
+            return None
+        chunks.append(got)
+        n -= len(got)
+    return b"".join(chunks)
+
+
+class _Worker:
+    """One child process and the parent's view of it."""
+
+    def __init__(self, memory_mb: int, preload: Sequence[str]) -> None:
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "rewards.pool", str(memory_mb), *preload],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            env=env,
+            bufsize=0,
+        )
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.stdin = self.proc.stdin
+        self.fd = self.proc.stdout.fileno()
+        os.set_blocking(self.fd, False)
+        self.buffer = bytearray()
+        self.inflight: deque[int] = deque()  # job ids in the order the worker runs them
+        self.started_at = 0.0  # when the first job in flight started
+        self.budget = math.inf  # its budget
+        self.warmed: set[Hashable] = set()
+        self.dead = False
+        self.ready = False  # the worker has imported its modules and said so
+        self.spawned_at = time.perf_counter()
+
+    def send(self, jobs: list[tuple[int, Callable[..., Any], tuple[Any, ...]]]) -> None:
+        _write_frame(self.stdin, jobs)
+
+    def read_replies(self) -> list[tuple[int, bool, Any]] | None:
+        """Replies available now; None when the worker closed its end (died)."""
+        while True:
+            try:
+                got = os.read(self.fd, 1 << 20)
+            except BlockingIOError:
+                break
+            if not got:
+                self.dead = True
+                break
+            self.buffer += got
+        out = []
+        while len(self.buffer) >= _HEADER.size:
+            (n,) = _HEADER.unpack_from(self.buffer)
+            if len(self.buffer) < _HEADER.size + n:
+                break
+            out.append(pickle.loads(bytes(self.buffer[_HEADER.size : _HEADER.size + n])))
+            del self.buffer[: _HEADER.size + n]
+        if self.dead and not out:
+            return None
+        return out
+
+    def kill(self) -> None:
+        self.dead = True
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+        for fh in (self.proc.stdin, self.proc.stdout):
+            if fh is not None:
+                try:
+                    fh.close()
+                except OSError:
+                    pass
+
+    def close(self) -> None:
+        """Ask the worker to exit (closing its stdin), then make sure it did."""
+        try:
+            self.stdin.close()
+        except OSError:
+            pass
+        try:
+            self.proc.wait(timeout=2.0)
+        except subprocess.TimeoutExpired:
+            pass
+        self.kill()
+
+
+class WorkerPool:
+    """``workers`` processes that run module-level functions with a deadline per item.
+
+    Args:
+        workers: number of processes (>= 1); started on first use (or by :meth:`start`).
+        memory_mb: address-space cap of each worker, MiB.
+        preload: modules each worker imports before it takes work, so no budget pays for imports.
+
+    Raises:
+        ConfigError: ``workers < 1`` or ``memory_mb < 128``.
+
+    >>> with WorkerPool(2) as pool:
+    ...     [o.value for o in pool.map(pow, [(2, 3), (3, 2), (10, 0)], budget_s=10)]
+    [8, 9, 1]
+    """
+
+    def __init__(self, workers: int, *, memory_mb: int = DEFAULT_MEMORY_MB, preload: Sequence[str] = ()) -> None:
+        if workers < 1:
+            raise ConfigError(f"must be >= 1, got {workers}", where="workers")
+        if memory_mb < 128:
+            raise ConfigError(f"must be >= 128 MiB, got {memory_mb}", where="worker_memory_mb")
+        self.n = workers
+        self.memory_mb = memory_mb
+        self.preload = tuple(preload)
+        self._workers: list[_Worker | None] = [None] * workers
+        self.kills = 0
+        """Workers killed at an item's deadline or lost, over the pool's life."""
+
+    @property
+    def pids(self) -> list[int]:
+        """Process ids of the running workers (for tests and memory checks)."""
+        return [w.proc.pid for w in self._workers if w is not None and not w.dead]
+
+    def _worker(self, i: int) -> _Worker:
+        w = self._workers[i]
+        if w is None or w.dead:
+            w = self._workers[i] = _Worker(self.memory_mb, self.preload)
+        return w
+
+    def start(self) -> WorkerPool:
+        """Start every worker now (they import ``preload`` in the background); returns self."""
+        for i in range(self.n):
+            self._worker(i)
+        return self
+
+    def map(
+        self,
+        fn: Callable[..., Any],
+        items: Sequence[tuple[Any, ...]],
+        *,
+        budget_s: float,
+        keys: Sequence[Hashable | None] | None = None,
+        warm: Callable[[Hashable], tuple[Callable[..., Any], tuple[Any, ...]]] | None = None,
+        skip_if: Callable[[Outcome], bool] | None = None,
+    ) -> list[Outcome]:
+        """``fn(*item)`` for every item on the workers, in parallel; outcomes in item order.
+
+        Args:
+            fn: a module-level function (it is pickled by reference) and ``items`` its arguments.
+            budget_s: seconds an item may run on its worker before the worker is killed.
+            keys: per item, the key of the warm-up call it needs (None: none).
+            warm: ``key -> (function, args)`` of the warm-up call, run once on each worker
+                before an item with that key is sent to it, under the same budget.
+            skip_if: given a warm-up's outcome, True when the items with that key should not be
+                sent (they get ``Outcome(skipped=warm_outcome)``); default: skip when the
+                warm-up raised or was killed.
+
+        Returns:
+            One :class:`Outcome` per item. A raised exception is returned, not raised.
+
+        Raises:
+            RuntimeError: a worker could not be started.
+        """
+        n = len(items)
+        outcomes: list[Outcome | None] = [None] * n
+        if n == 0:
+            return []
+        keys = list(keys) if keys is not None else [None] * n
+        skip = skip_if or (lambda o: not o.ok)
+        warm_done: dict[Hashable, Outcome] = {}
+        pending: deque[int] = deque(range(n))
+        # job ids: items are 0..n-1, warm-ups are n, n+1, ... (their key in warm_of)
+        warm_of: dict[int, Hashable] = {}
+        next_warm = n
+        active = [self._worker(i) for i in range(self.n)]
+        sel = selectors.DefaultSelector()
+        for i, w in enumerate(active):
+            sel.register(w.fd, selectors.EVENT_READ, i)
+        job_fn: dict[int, tuple[Callable[..., Any], tuple[Any, ...]]] = {}
+        try:
+            while pending or any(w.inflight for w in active):
+                now = time.perf_counter()
+                # ---- resolve items whose warm-up failed, then deal work to idle workers
+                for i, w in enumerate(active):
+                    if w.inflight or not w.ready:
+                        continue
+                    while pending and keys[pending[0]] is not None and keys[pending[0]] in warm_done and skip(warm_done[keys[pending[0]]]):
+                        j = pending.popleft()
+                        outcomes[j] = Outcome(skipped=warm_done[keys[j]])
+                    if not pending:
+                        break
+                    first_key = keys[pending[0]]
+                    if first_key is not None and first_key not in w.warmed and warm is not None:
+                        wid = next_warm
+                        next_warm += 1
+                        warm_of[wid] = first_key
+                        job_fn[wid] = warm(first_key)
+                        jobs = [(wid, *job_fn[wid])]
+                    else:
+                        size = max(1, min(MAX_CHUNK, math.ceil(len(pending) / (4 * self.n))))
+                        jobs = []
+                        while pending and len(jobs) < size:
+                            j = pending[0]
+                            k = keys[j]
+                            if k is not None and warm is not None and k not in w.warmed:
+                                break  # another warm-up first
+                            pending.popleft()
+                            jobs.append((j, fn, items[j]))
+                        if not jobs:
+                            continue
+                    try:
+                        w.send(jobs)
+                    except (BrokenPipeError, OSError):
+                        for job in jobs:
+                            if job[0] < n:
+                                pending.appendleft(job[0])
+                        self._replace(i, active, sel)
+                        continue
+                    w.inflight.extend(job[0] for job in jobs)
+                    w.started_at = now
+                    w.budget = budget_s
+                # ---- wait for replies, a worker becoming ready, or the nearest deadline
+                deadlines = [w.started_at + w.budget for w in active if w.inflight]
+                deadlines += [w.spawned_at + START_TIMEOUT_S for w in active if not w.ready]
+                wait = max(0.0, min(deadlines) - time.perf_counter()) if deadlines else 0.0
+                for key, _ in sel.select(timeout=wait):
+                    i = key.data
+                    w = active[i]
+                    replies = w.read_replies()
+                    t = time.perf_counter()
+                    for reply in replies or []:
+                        if reply == ("ready",):
+                            w.ready = True
+                            continue
+                        job_id, ok, value = reply
+                        if not w.inflight or w.inflight[0] != job_id:
+                            continue  # a reply to a job not in flight: ignore
+                        w.inflight.popleft()
+                        seconds = t - w.started_at
+                        w.started_at = t
+                        w.budget = budget_s
+                        got = Outcome(value=value if ok else None, error=None if ok else value, seconds=seconds)
+                        if job_id >= n:
+                            k = warm_of[job_id]
+                            w.warmed.add(k)
+                            warm_done.setdefault(k, got)
+                        else:
+                            outcomes[job_id] = got
+                    if w.dead:
+                        self._lose(i, active, sel, outcomes, pending, n, warm_of, warm_done, killed=False)
+                # ---- kill a worker whose current item is past its budget
+                t = time.perf_counter()
+                for i, w in enumerate(active):
+                    if w.inflight and t > w.started_at + w.budget:
+                        self._lose(i, active, sel, outcomes, pending, n, warm_of, warm_done, killed=True)
+                    elif not w.ready and t > w.spawned_at + START_TIMEOUT_S:
+                        raise RuntimeError(f"a scoring worker did not start within {START_TIMEOUT_S:g} s")
+        finally:
+            sel.close()
+        return [o if o is not None else Outcome(error=RuntimeError("lost")) for o in outcomes]
+
+    def _replace(self, i: int, active: list[_Worker], sel: selectors.BaseSelector) -> None:
+        old = active[i]
+        try:
+            sel.unregister(old.fd)
+        except (KeyError, ValueError):
+            pass
+        old.kill()
+        self._workers[i] = None
+        active[i] = self._worker(i)
+        sel.register(active[i].fd, selectors.EVENT_READ, i)
+
+    def _lose(self, i: int, active: list[_Worker], sel: selectors.BaseSelector, outcomes: list[Outcome | None],
+              pending: deque[int], n: int, warm_of: dict[int, Hashable], warm_done: dict[Hashable, Outcome],
+              *, killed: bool) -> None:  # fmt: skip
+        """Kill (or bury) worker ``i``: its current job is ``killed``, the rest of its chunk goes back."""
+        w = active[i]
+        if not w.ready:
+            code = w.proc.poll()
+            w.kill()
+            raise RuntimeError(f"a scoring worker exited while starting (status {code}); its error is above")
+        seconds = time.perf_counter() - w.started_at
+        inflight = list(w.inflight)
+        w.inflight.clear()
+        self.kills += 1
+        if inflight:
+            current, rest = inflight[0], inflight[1:]
+            lost = Outcome(killed=True, seconds=seconds)
+            if current >= n:
+                warm_done.setdefault(warm_of[current], lost)
+            else:
+                outcomes[current] = lost
+            for j in reversed(rest):
+                if j < n:
+                    pending.appendleft(j)
+        self._replace(i, active, sel)
+
+    def close(self) -> None:
+        """Stop every worker (idempotent)."""
+        workers, self._workers = self._workers, [None] * self.n
+        for w in workers:
+            if w is not None:
+                w.close()
+
+    def __enter__(self) -> WorkerPool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001 - interpreter shutdown
+            pass
+
+
+def _limit_memory(memory_mb: int) -> None:
+    import resource
+
+    cap = memory_mb << 20
+    try:
+        resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
+    except (ValueError, OSError):
+        pass
+    import sqlite3
+
+    conn = sqlite3.connect(":memory:")
+    conn.execute(f"PRAGMA hard_heap_limit = {cap // 2}")
+    conn.close()
+
+
+def _serve(memory_mb: int, preload: Sequence[str]) -> None:
+    """The worker loop: import ``preload``, say ready, then read a chunk of calls, run each and
+    reply to each at once; exit at EOF."""
+    import importlib
+
+    proto_in = sys.stdin.buffer
+    proto_out = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)  # stray prints go to stderr, never into the protocol
+    for name in preload:
+        importlib.import_module(name)
+    _limit_memory(memory_mb)
+    _write_frame(proto_out, ("ready",))
+    while True:
+        head = _read_exactly(proto_in, _HEADER.size)
+        if head is None:
+            return
+        body = _read_exactly(proto_in, _HEADER.unpack(head)[0])
+        if body is None:
+            return
+        jobs = pickle.loads(body)
+        for job_id, fn, args in jobs:
+            fatal = False
+            try:
+                reply: tuple[int, bool, Any] = (job_id, True, fn(*args))
+            except MemoryError:
+                reply, fatal = (job_id, False, MemoryError("out of memory")), True
+            except BaseException as exc:  # noqa: BLE001 - returned to the parent
+                reply = (job_id, False, exc)
+            try:
+                _write_frame(proto_out, reply)
+            except (pickle.PicklingError, TypeError, AttributeError) as exc:
+                _write_frame(proto_out, (job_id, False, RuntimeError(f"unpicklable reply: {exc}")))
+            if fatal:
+                return
+
+
+if __name__ == "__main__":
+    _serve(int(sys.argv[1]) if len(sys.argv) > 1 else DEFAULT_MEMORY_MB, sys.argv[2:])
