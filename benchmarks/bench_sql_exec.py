@@ -3,9 +3,13 @@
 Runs the same ~50 SELECT queries (built from the schema: scans, counts, filters, group-bys and
 one query per foreign-key join) through raw ``sqlite3``, :func:`execute_readonly` (a fresh
 read-only connection per call), :class:`SQLiteExecutor` (one cached connection) and the GRPO
-execution reward (:class:`rewards.sql_execution.ExecutionScorer`: sqlglot gate, run, soft F1 and
-exact match against the cached gold result; each query is its own gold), then times
-how long a cartesian product of the three largest tables runs past its timeout.
+execution reward (:class:`rewards.sql_execution.ExecutionScorer`: the gate's cached verdict,
+run, soft F1 and exact match against the cached gold result), once with each query as its own
+gold ("right answers") and once against the next query's gold ("wrong answers", no fast path).
+Then batch scoring (:meth:`ExecutionScorer.score_batch`, GRPO-sized batches) in 1 and 2 worker
+processes, a batch holding one runaway query, and how long a cartesian product of the three
+largest tables runs past its timeout. Every rate is also given as a ratio to raw ``sqlite3``
+measured in the same run; the machine and its load average (before and after) are printed.
 
     python benchmarks/bench_sql_exec.py            # Northwind if it can be built, else a generated DB
     python benchmarks/bench_sql_exec.py --db some.sqlite --rounds 50
@@ -14,13 +18,16 @@ how long a cartesian product of the three largest tables runs past its timeout.
 from __future__ import annotations
 
 import os
-import platform
 import sqlite3
 import statistics
+import sys
 import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_common import machine  # noqa: E402
 
 from data_pipeline.backends.sqlite import SQLiteExecutor, connect_readonly, execute_readonly
 from data_pipeline.cli import parse, run_main
@@ -40,6 +47,10 @@ class Args:
     """Timeouts (seconds) at which the runaway query's abort latency is measured."""
     repeats: int = 3
     """Runaway-query runs per timeout."""
+    batch_size: int = 64
+    """Items per score_batch call (a GRPO step's completions)."""
+    workers: tuple[int, ...] = (1, 2)
+    """Worker-process counts whose batch throughput is measured."""
 
 
 def q(name: str) -> str:
@@ -114,8 +125,26 @@ def rate(fn, queries: list[str], rounds: int) -> float:
     return rounds * len(queries) / (time.perf_counter() - t0)
 
 
+def load() -> str:
+    """The 1, 5 and 15 minute load averages, as ``uptime`` prints them."""
+    one, five, fifteen = os.getloadavg()
+    return f"{one:.2f}, {five:.2f}, {fifteen:.2f}"
+
+
+def batch_rate(scorer: ExecutionScorer, db: Path, queries: list[str], rounds: int, size: int) -> float:
+    """Items per second of ``scorer.score_batch`` over ``rounds`` passes of ``queries`` in batches of ``size``."""
+    items = [(db, sql, sql) for sql in queries] * rounds
+    scorer.score_batch(items[:size])  # start the workers and warm their gold caches
+    t0 = time.perf_counter()
+    for i in range(0, len(items), size):
+        scores = scorer.score_batch(items[i : i + size])
+        assert all(s.f1 == 1.0 for s in scores), [s.reason for s in scores if s.f1 != 1.0][:3]
+    return len(items) / (time.perf_counter() - t0)
+
+
 def main() -> None:
     args = parse(Args, description=__doc__)
+    load_before = load()
     with tempfile.TemporaryDirectory() as tmp:
         db, label = pick_db(args, Path(tmp))
         queries, largest = build_queries(db)
@@ -133,19 +162,39 @@ def main() -> None:
                 assert ex.execute(db, sql).ok
 
             scorer = ExecutionScorer(ex)
+            wrong_gold = dict(zip(queries, queries[1:] + queries[:1], strict=True))
 
             def run_reward(sql: str) -> None:
-                assert scorer.score(db, sql, sql).pred is not None
+                assert scorer.score(db, sql, sql).f1 == 1.0
 
-            for fn in (run_raw, run_fresh, run_cached, run_reward):  # warm the page cache, sqlglot, the gold cache
+            def run_reward_wrong(sql: str) -> None:
+                assert scorer.score(db, sql, wrong_gold[sql]).pred is not None
+
+            fns = (run_raw, run_fresh, run_cached, run_reward, run_reward_wrong)
+            for fn in fns:  # warm the page cache, sqlglot, the gate and gold caches
                 rate(fn, queries, 1)
             rates = {
                 "raw sqlite3 (one connection)": rate(run_raw, queries, args.rounds),
                 "execute_readonly (path, new connection)": rate(run_fresh, queries, args.rounds),
                 "SQLiteExecutor (cached connection)": rate(run_cached, queries, args.rounds),
-                "execution reward (ExecutionScorer.score)": rate(run_reward, queries, args.rounds),
+                "execution reward, right answers (score)": rate(run_reward, queries, args.rounds),
+                "execution reward, wrong answers (score)": rate(run_reward_wrong, queries, args.rounds),
             }
+            rates["raw sqlite3 (again, after the others)"] = rate(run_raw, queries, args.rounds)
+            batch: dict[int, float] = {}
+            for n in args.workers:
+                with ExecutionScorer(timeout_s=5.0, workers=n) as pooled:
+                    batch[n] = batch_rate(pooled, db, queries, args.rounds, args.batch_size)
             runaway = "SELECT count(*) FROM " + ", ".join(q(t) for t in largest)
+            slow_batch: dict[int, tuple[float, float]] = {}
+            for n in args.workers:
+                with ExecutionScorer(timeout_s=1.0, workers=n) as pooled:
+                    items = [(db, sql, sql) for sql in queries[:15]]
+                    pooled.score_batch(items)  # warm
+                    t0 = time.perf_counter()
+                    scores = pooled.score_batch([(db, runaway, queries[0]), *items])
+                    slow_batch[n] = (time.perf_counter() - t0, max(s.pred.elapsed_s for s in scores[1:] if s.pred))
+                    assert scores[0].f1 == 0.0 and all(s.f1 == 1.0 for s in scores[1:])
             overshoot: dict[float, list[float]] = {}
             for timeout in args.timeouts:
                 for _ in range(args.repeats):
@@ -157,18 +206,29 @@ def main() -> None:
                     overshoot.setdefault(timeout, []).append(wall - timeout)
         raw.close()
 
-    nproc = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    print(f"machine: {platform.platform()}, {platform.processor() or platform.machine()}, nproc={nproc}, "
-          f"Python {platform.python_version()}, SQLite {sqlite3.sqlite_version}")  # fmt: skip
+    print(f"machine: {machine()}, SQLite {sqlite3.sqlite_version}")
+    print(f"load average before: {load_before}; after: {load()}")
     print(f"database: {label} ({db.name}); {len(queries)} queries x {args.rounds} rounds")
     print()
     base = rates["raw sqlite3 (one connection)"]
-    print(f"| {'method':<42} | {'exec/s':>9} | {'vs raw':>7} |")
-    print(f"|{'-' * 44}|{'-' * 11}|{'-' * 9}|")
+    print(f"| {'method':<44} | {'exec/s':>9} | {'vs raw':>7} |")
+    print(f"|{'-' * 46}|{'-' * 11}|{'-' * 9}|")
     for name, r in rates.items():
-        print(f"| {name:<42} | {r:>9.0f} | {r / base:>6.2f}x |")
+        print(f"| {name:<44} | {r:>9.0f} | {r / base:>6.2f}x |")
+    for n, r in batch.items():
+        name = f"score_batch, {n} worker process{'es' if n > 1 else ''} (batch {args.batch_size})"
+        print(f"| {name:<44} | {r:>9.0f} | {r / base:>6.2f}x |")
+    if len(batch) > 1:
+        ns = sorted(batch)
+        print(f"\nworkers {ns[0]} -> {ns[-1]}: {batch[ns[-1]] / batch[ns[0]]:.2f}x the throughput")
     print()
-    print(f"runaway query: {runaway}")
+    print(f"a batch of 16 with one runaway query ({runaway}, timeout 1 s):")
+    print(f"| {'workers':>7} | {'batch wall (s)':>14} | {'slowest other item (ms)':>23} |")
+    print(f"|{'-' * 9}|{'-' * 16}|{'-' * 25}|")
+    for n, (wall, other) in slow_batch.items():
+        print(f"| {n:>7} | {wall:>14.2f} | {other * 1e3:>23.2f} |")
+    print()
+    print(f"runaway query in this process: {runaway}")
     print(f"| {'timeout (s)':>11} | {'median past deadline (ms)':>26} | {'max past deadline (ms)':>23} |")
     print(f"|{'-' * 13}|{'-' * 28}|{'-' * 25}|")
     for timeout, over in overshoot.items():

@@ -50,6 +50,9 @@ START_TIMEOUT_S = 30.0
 MAX_CHUNK = 32
 """Most items sent to one worker at once."""
 
+FLUSH_S = 0.01
+"""A worker sends its replies together, at the end of a chunk or once the oldest unsent one is this old."""
+
 _HEADER = struct.Struct("!Q")
 
 
@@ -63,7 +66,8 @@ class Outcome:
         killed: the worker was killed at the item's deadline, or died while running it.
         skipped: the outcome of the item's warm-up call when that failed and the item was not
             sent (see ``skip_if`` of :meth:`WorkerPool.map`); None otherwise.
-        seconds: wall time from the item's start on a worker to its reply (or the kill).
+        seconds: wall time of the call on its worker (for a killed item: from when the parent
+            last heard from that worker to the kill).
     """
 
     value: Any = None
@@ -122,7 +126,7 @@ class _Worker:
     def send(self, jobs: list[tuple[int, Callable[..., Any], tuple[Any, ...]]]) -> None:
         _write_frame(self.stdin, jobs)
 
-    def read_replies(self) -> list[tuple[int, bool, Any]] | None:
+    def read_replies(self) -> list[tuple[Any, ...]] | None:
         """Replies available now; None when the worker closed its end (died)."""
         while True:
             try:
@@ -214,7 +218,7 @@ class WorkerPool:
             self._worker(i)
         return self
 
-    def map(
+    def map(  # noqa: C901 - one dispatch loop, read top to bottom
         self,
         fn: Callable[..., Any],
         items: Sequence[tuple[Any, ...]],
@@ -231,7 +235,9 @@ class WorkerPool:
             budget_s: seconds an item may run on its worker before the worker is killed.
             keys: per item, the key of the warm-up call it needs (None: none).
             warm: ``key -> (function, args)`` of the warm-up call, run once on each worker
-                before an item with that key is sent to it, under the same budget.
+                before the first item with that key it gets (in the same message), under the
+                same budget. The item's function must itself cope with a warm-up that failed
+                in the same message (the gold jobs of :mod:`rewards.sql_execution` do).
             skip_if: given a warm-up's outcome, True when the items with that key should not be
                 sent (they get ``Outcome(skipped=warm_outcome)``); default: skip when the
                 warm-up raised or was killed.
@@ -257,7 +263,6 @@ class WorkerPool:
         sel = selectors.DefaultSelector()
         for i, w in enumerate(active):
             sel.register(w.fd, selectors.EVENT_READ, i)
-        job_fn: dict[int, tuple[Callable[..., Any], tuple[Any, ...]]] = {}
         try:
             while pending or any(w.inflight for w in active):
                 now = time.perf_counter()
@@ -270,25 +275,29 @@ class WorkerPool:
                         outcomes[j] = Outcome(skipped=warm_done[keys[j]])
                     if not pending:
                         break
-                    first_key = keys[pending[0]]
-                    if first_key is not None and first_key not in w.warmed and warm is not None:
-                        wid = next_warm
-                        next_warm += 1
-                        warm_of[wid] = first_key
-                        job_fn[wid] = warm(first_key)
-                        jobs = [(wid, *job_fn[wid])]
-                    else:
-                        size = max(1, min(MAX_CHUNK, math.ceil(len(pending) / (4 * self.n))))
-                        jobs = []
-                        while pending and len(jobs) < size:
-                            j = pending[0]
-                            k = keys[j]
-                            if k is not None and warm is not None and k not in w.warmed:
-                                break  # another warm-up first
+                    # a chunk of items, each preceded by the warm-ups this worker still needs for it
+                    size = max(1, min(MAX_CHUNK, math.ceil(len(pending) / (2 * self.n))))
+                    jobs = []
+                    taken = 0
+                    adding: set[Hashable] = set()
+                    while pending and taken < size:
+                        j = pending[0]
+                        k = keys[j]
+                        if k is not None and k in warm_done and skip(warm_done[k]):
                             pending.popleft()
-                            jobs.append((j, fn, items[j]))
-                        if not jobs:
+                            outcomes[j] = Outcome(skipped=warm_done[k])
                             continue
+                        if k is not None and warm is not None and k not in w.warmed and k not in adding:
+                            wid = next_warm
+                            next_warm += 1
+                            warm_of[wid] = k
+                            jobs.append((wid, *warm(k)))
+                            adding.add(k)
+                        pending.popleft()
+                        jobs.append((j, fn, items[j]))
+                        taken += 1
+                    if not jobs:
+                        continue
                     try:
                         w.send(jobs)
                     except (BrokenPipeError, OSError):
@@ -313,11 +322,10 @@ class WorkerPool:
                         if reply == ("ready",):
                             w.ready = True
                             continue
-                        job_id, ok, value = reply
+                        job_id, ok, value, seconds = reply
                         if not w.inflight or w.inflight[0] != job_id:
                             continue  # a reply to a job not in flight: ignore
                         w.inflight.popleft()
-                        seconds = t - w.started_at
                         w.started_at = t
                         w.budget = budget_s
                         got = Outcome(value=value if ok else None, error=None if ok else value, seconds=seconds)
@@ -431,18 +439,29 @@ def _serve(memory_mb: int, preload: Sequence[str]) -> None:
         if body is None:
             return
         jobs = pickle.loads(body)
-        for job_id, fn, args in jobs:
+        unsent: list[bytes] = []
+        since = time.perf_counter()
+        for k, (job_id, fn, args) in enumerate(jobs):
             fatal = False
+            t0 = time.perf_counter()
             try:
-                reply: tuple[int, bool, Any] = (job_id, True, fn(*args))
+                ok, value = True, fn(*args)
             except MemoryError:
-                reply, fatal = (job_id, False, MemoryError("out of memory")), True
+                ok, value, fatal = False, MemoryError("out of memory"), True
             except BaseException as exc:  # noqa: BLE001 - returned to the parent
-                reply = (job_id, False, exc)
+                ok, value = False, exc
             try:
-                _write_frame(proto_out, reply)
+                data = pickle.dumps((job_id, ok, value, time.perf_counter() - t0), protocol=pickle.HIGHEST_PROTOCOL)
             except (pickle.PicklingError, TypeError, AttributeError) as exc:
-                _write_frame(proto_out, (job_id, False, RuntimeError(f"unpicklable reply: {exc}")))
+                data = pickle.dumps((job_id, False, RuntimeError(f"unpicklable reply: {exc}"), time.perf_counter() - t0))
+            unsent.append(_HEADER.pack(len(data)) + data)
+            now = time.perf_counter()
+            # replies go out together, but never later than FLUSH_S after the first of them, so
+            # the parent's clock for the item now running is at most FLUSH_S behind
+            if fatal or k == len(jobs) - 1 or now - since > FLUSH_S:
+                proto_out.write(b"".join(unsent))
+                proto_out.flush()
+                unsent, since = [], now
             if fatal:
                 return
 

@@ -58,6 +58,7 @@ from rewards.sql_execution import (
     ExecutionScorer,
     Limits,
     execution_reward,
+    gold_timed_out_here,
     local_scorer,
     log_worker_score,
 )
@@ -250,7 +251,7 @@ def _components_job(limits: Limits, config: SQLRewardConfig, text: str, gold: st
     """Worker: :func:`completion_components` on this worker's scorer (its connections and gold
     cache), with the predicted query's outcome, rows left out, under ``"_pred"`` for the parent's log."""
     parsed = parse_answer(text, require_reasoning=config.require_reasoning)
-    ex = local_scorer(limits).score(db, parsed.sql, gold)
+    ex = gold_timed_out_here(limits, db, gold) or local_scorer(limits).score(db, parsed.sql, gold)
     comp = components_of(parsed, gold, ex, config)
     if comp["execution"] == 0.0 and ex.pred is not None:
         comp["_pred"] = replace(ex.pred, rows=None, columns=None)

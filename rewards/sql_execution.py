@@ -64,6 +64,8 @@ logger = logging.getLogger(__name__)
 SIGNIFICANT_DIGITS = 7
 """Numbers are rounded to this many significant digits before comparison (~1e-6 relative)."""
 
+_INT_EXACT = 10**SIGNIFICANT_DIGITS
+
 MAX_PERMUTATIONS = 120
 """Most column permutations scored per comparison (identity included); 5! = 120."""
 
@@ -84,12 +86,20 @@ def normalize_value(value: Any) -> Any:
     >>> normalize_value(2.51) == normalize_value(2.5)
     False
     """
+    kind = type(value)
+    if kind is str or value is None or kind is bytes:  # the common cells first
+        return value
+    if kind is int and -_INT_EXACT < value < _INT_EXACT:
+        return value
     if isinstance(value, bool):
         return int(value)
     if isinstance(value, int):
-        if abs(value) < 10**SIGNIFICANT_DIGITS:
+        if abs(value) < _INT_EXACT:
             return value
-        value = float(value)
+        try:
+            value = float(value)
+        except OverflowError:  # an integer beyond any float: compared exactly
+            return value
     if isinstance(value, float):
         if math.isnan(value) or math.isinf(value) or value == 0.0:
             return 0 if value == 0.0 else value
@@ -100,7 +110,7 @@ def normalize_value(value: Any) -> Any:
 
 def normalize_rows(rows: Sequence[Sequence[Any]]) -> list[Row]:
     """Every cell of every row through :func:`normalize_value`, rows as tuples."""
-    return [tuple(normalize_value(v) for v in row) for row in rows]
+    return [tuple(map(normalize_value, row)) for row in rows]
 
 
 class PreparedRows:
@@ -216,7 +226,11 @@ def rows_f1(pred_rows: Sequence[Sequence[Any]], gold_rows: Sequence[Sequence[Any
     g = _as_prepared(gold_rows)
     if pred_rows == g.raw:  # equal values normalise equally: the fast path of a right answer
         return 1.0
-    pred = normalize_rows(pred_rows)
+    return _f1_normalised(normalize_rows(pred_rows), g)
+
+
+def _f1_normalised(pred: list[Row], g: PreparedRows) -> float:
+    """:func:`rows_f1` of already normalised predicted rows."""
     gold = g.rows
     if not pred or not gold:
         return _multiset_f1(pred, gold)
@@ -264,7 +278,12 @@ def results_match(pred_rows: Sequence[Sequence[Any]], gold_rows: Sequence[Sequen
     g = _as_prepared(gold_rows)
     if pred_rows == g.raw:
         return True
-    pred, gold = normalize_rows(pred_rows), g.rows
+    return _match_normalised(normalize_rows(pred_rows), g, ordered)
+
+
+def _match_normalised(pred: list[Row], g: PreparedRows, ordered: bool) -> bool:
+    """:func:`results_match` of already normalised predicted rows."""
+    gold = g.rows
     if not pred and not gold:
         return True
     if len(pred) != len(gold):
@@ -500,8 +519,9 @@ class ExecutionScorer:
         assert g.prepared is not None
         if pred_rows == g.prepared.raw:  # fast path: the gold rows themselves
             return ExecutionScore(1.0, True, "match", pred)
-        f1 = rows_f1(pred_rows, g.prepared)
-        exact = results_match(pred_rows, g.prepared, ordered=g.ordered)
+        pred_norm = normalize_rows(pred_rows)
+        f1 = _f1_normalised(pred_norm, g.prepared)
+        exact = _match_normalised(pred_norm, g.prepared, g.ordered)
         if exact:
             reason = "match"
         elif f1 == 1.0:
@@ -614,10 +634,25 @@ def local_scorer(limits: Limits) -> ExecutionScorer:
     return scorer
 
 
+_GOLD_TIMED_OUT: set[tuple[Limits, str, str]] = set()
+"""In a worker: gold queries whose last warm-up timed out (their items are not judged until the next try)."""
+
+
 def _gold_job(limits: Limits, db_key: str, gold_sql: str) -> tuple[bool, bool]:
     """Worker: run (and cache) a gold query; ``(ok, timed_out)``. Raises DataError/SchemaError as :meth:`ExecutionScorer.gold_result`."""
+    key = (limits, str(db_key), gold_sql)
+    _GOLD_TIMED_OUT.discard(key)
     result = local_scorer(limits).gold_result(db_key, gold_sql)
+    if result.timed_out:
+        _GOLD_TIMED_OUT.add(key)
     return result.ok, result.timed_out
+
+
+def gold_timed_out_here(limits: Limits, db: str | Path, gold_sql: str | None) -> ExecutionScore | None:
+    """In a worker: the not-judged score of an item whose gold warm-up just timed out, else None."""
+    if gold_sql is not None and (limits, str(local_scorer(limits)._db_key(db)), gold_sql) in _GOLD_TIMED_OUT:
+        return ExecutionScore(None, False, f"gold SQL timed out after {limits.timeout_s:g} s")
+    return None
 
 
 def _gold_unusable(o: Outcome) -> bool:
@@ -634,7 +669,7 @@ def _slim(score: ExecutionScore) -> ExecutionScore:
 
 def _score_job(limits: Limits, db: str | Path, pred_sql: str | None, gold_sql: str) -> ExecutionScore:
     """Worker: :meth:`ExecutionScorer.score` of one item, without the predicted rows."""
-    return _slim(local_scorer(limits).score(db, pred_sql, gold_sql))
+    return gold_timed_out_here(limits, db, gold_sql) or _slim(local_scorer(limits).score(db, pred_sql, gold_sql))
 
 
 def log_worker_score(score: ExecutionScore, pred_sql: str | None) -> None:
