@@ -213,7 +213,7 @@ def score_completions(
 
     With ``scorer`` from ``reward.make_scorer()`` the completions are scored in parallel in
     ``reward.score_workers`` worker processes; a runaway query (cartesian product, a function
-    SQLite cannot interrupt) is stopped at ``reward.timeout_s`` (its worker is killed 0.4 s
+    SQLite cannot interrupt) is stopped at ``reward.timeout_s`` (its worker is killed 0.3 s
     later at worst) and scores 0, so one slow query does not hold up the others. Never raises
     for any completion text (deep nesting, megabytes: see :mod:`rewards.sql`).
 

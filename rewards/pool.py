@@ -9,30 +9,35 @@ free, so one slow query holds up at most the rest of its chunk, never the other 
 Guarantees on top of the in-process executor's (read-only gate, authorizer, ``mode=ro``,
 timeout inside SQLite, row and byte caps), which every worker keeps:
 
-- **a hard deadline**: an item still running ``budget_s`` seconds after it started (its
-  worker's previous reply) has its worker killed (``SIGKILL``); the item's :class:`Outcome` says
-  ``killed`` and the rest of that chunk is sent again to another worker. This stops what SQLite
-  cannot interrupt (one ``instr`` over two megabyte strings ran 7.7 s past a 0.5 s timeout).
+- **a hard deadline**: an item still running ``budget_s`` seconds after it started has its
+  worker killed (``SIGKILL``); the item's :class:`Outcome` says ``killed`` and the other items
+  of that chunk whose replies had not arrived are sent again to another worker. This stops what
+  SQLite cannot interrupt (one ``instr`` over two megabyte strings ran 7.7 s past a 0.5 s
+  timeout). Each worker writes the id and start time of the item it is running into a 16-byte
+  shared-memory record before it starts it, so the parent times and blames the right item while
+  the replies themselves travel in batches.
 - **bounded memory**: each worker's address space is capped at ``memory_mb``
   (``RLIMIT_AS``) and SQLite's heap at half of it (``PRAGMA hard_heap_limit``); a query that
   needs more fails with "out of memory" (the worker is then replaced) instead of swapping.
 - **warm-up per worker**: items may name a ``key`` whose warm-up call (a gold query) must have
   run on a worker before the item is sent there, so an item's budget covers only its own query.
 
-A killed worker is replaced on demand; :meth:`WorkerPool.close` stops them all. Messages are
-pickles framed by their length on the worker's stdin/stdout (the worker's own prints go to its
-stderr).
+A killed worker is replaced at once (it starts in the background); :meth:`WorkerPool.close`
+stops them all. Messages are pickles framed by their length on the worker's stdin/stdout (the
+worker's own prints go to its stderr).
 """
 
 from __future__ import annotations
 
 import math
+import mmap
 import os
 import pickle
 import selectors
 import struct
 import subprocess
 import sys
+import tempfile
 import time
 from collections import deque
 from collections.abc import Callable, Hashable, Sequence
@@ -51,9 +56,11 @@ MAX_CHUNK = 32
 """Most items sent to one worker at once."""
 
 FLUSH_S = 0.01
-"""A worker sends its replies together, at the end of a chunk or once the oldest unsent one is this old."""
+"""A worker sends its replies together, at the end of a chunk or once the oldest unsent one is this old
+(the parent learns which item runs from shared memory, so batching never makes it blame the wrong one)."""
 
 _HEADER = struct.Struct("!Q")
+_PROGRESS = struct.Struct("=qd")  # job id now running (-1: none), its time.monotonic() start
 
 
 @dataclass
@@ -102,9 +109,14 @@ class _Worker:
     """One child process and the parent's view of it."""
 
     def __init__(self, memory_mb: int, preload: Sequence[str]) -> None:
+        fd, self.progress_path = tempfile.mkstemp(prefix="r2s-pool-", suffix=".progress",
+                                                  dir="/dev/shm" if os.path.isdir("/dev/shm") else None)  # fmt: skip
+        os.write(fd, _PROGRESS.pack(-1, 0.0))
+        self.progress = mmap.mmap(fd, _PROGRESS.size)
+        os.close(fd)
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "rewards.pool", str(memory_mb), *preload],
+            [sys.executable, "-m", "rewards.pool", str(memory_mb), self.progress_path, *preload],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             env=env,
@@ -116,12 +128,26 @@ class _Worker:
         os.set_blocking(self.fd, False)
         self.buffer = bytearray()
         self.inflight: deque[int] = deque()  # job ids in the order the worker runs them
-        self.started_at = 0.0  # when the first job in flight started
-        self.budget = math.inf  # its budget
+        self.sent_at = 0.0  # time.monotonic() when the chunk in flight was sent
         self.warmed: set[Hashable] = set()
         self.dead = False
         self.ready = False  # the worker has imported its modules and said so
-        self.spawned_at = time.perf_counter()
+        self.spawned_at = time.monotonic()
+
+    def forget_progress_file(self) -> None:
+        """Unlink the shared-memory file once both sides have it mapped (nothing stays behind)."""
+        try:
+            os.unlink(self.progress_path)
+        except FileNotFoundError:
+            pass
+
+    def running(self) -> tuple[int | None, float]:
+        """``(job id, start)`` of the job in flight the worker is running now (from shared memory),
+        or ``(None, sent_at)`` when it has not started one of them yet."""
+        job, start = _PROGRESS.unpack_from(self.progress)
+        if job in self.inflight:
+            return job, start
+        return None, self.sent_at
 
     def send(self, jobs: list[tuple[int, Callable[..., Any], tuple[Any, ...]]]) -> None:
         _write_frame(self.stdin, jobs)
@@ -159,6 +185,9 @@ class _Worker:
                     fh.close()
                 except OSError:
                     pass
+        if not self.progress.closed:
+            self.progress.close()
+        self.forget_progress_file()
 
     def close(self) -> None:
         """Ask the worker to exit (closing its stdin), then make sure it did."""
@@ -265,35 +294,25 @@ class WorkerPool:
             sel.register(w.fd, selectors.EVENT_READ, i)
         try:
             while pending or any(w.inflight for w in active):
-                now = time.perf_counter()
-                # ---- resolve items whose warm-up failed, then deal work to idle workers
+                # ---- deal a chunk to each idle worker: items, each after the warm-ups it still needs
                 for i, w in enumerate(active):
-                    if w.inflight or not w.ready:
+                    if w.inflight or not w.ready or not pending:
                         continue
-                    while pending and keys[pending[0]] is not None and keys[pending[0]] in warm_done and skip(warm_done[keys[pending[0]]]):
-                        j = pending.popleft()
-                        outcomes[j] = Outcome(skipped=warm_done[keys[j]])
-                    if not pending:
-                        break
-                    # a chunk of items, each preceded by the warm-ups this worker still needs for it
                     size = max(1, min(MAX_CHUNK, math.ceil(len(pending) / (2 * self.n))))
                     jobs = []
                     taken = 0
                     adding: set[Hashable] = set()
                     while pending and taken < size:
-                        j = pending[0]
+                        j = pending.popleft()
                         k = keys[j]
                         if k is not None and k in warm_done and skip(warm_done[k]):
-                            pending.popleft()
                             outcomes[j] = Outcome(skipped=warm_done[k])
                             continue
                         if k is not None and warm is not None and k not in w.warmed and k not in adding:
-                            wid = next_warm
+                            warm_of[next_warm] = k
+                            jobs.append((next_warm, *warm(k)))
                             next_warm += 1
-                            warm_of[wid] = k
-                            jobs.append((wid, *warm(k)))
                             adding.add(k)
-                        pending.popleft()
                         jobs.append((j, fn, items[j]))
                         taken += 1
                     if not jobs:
@@ -301,33 +320,27 @@ class WorkerPool:
                     try:
                         w.send(jobs)
                     except (BrokenPipeError, OSError):
-                        for job in jobs:
-                            if job[0] < n:
-                                pending.appendleft(job[0])
+                        pending.extendleft(reversed([job[0] for job in jobs if job[0] < n]))
                         self._replace(i, active, sel)
                         continue
                     w.inflight.extend(job[0] for job in jobs)
-                    w.started_at = now
-                    w.budget = budget_s
+                    w.sent_at = time.monotonic()
                 # ---- wait for replies, a worker becoming ready, or the nearest deadline
-                deadlines = [w.started_at + w.budget for w in active if w.inflight]
+                deadlines = [w.running()[1] + budget_s for w in active if w.inflight]
                 deadlines += [w.spawned_at + START_TIMEOUT_S for w in active if not w.ready]
-                wait = max(0.0, min(deadlines) - time.perf_counter()) if deadlines else 0.0
+                wait = max(0.0, min(deadlines) - time.monotonic()) if deadlines else None
                 for key, _ in sel.select(timeout=wait):
                     i = key.data
                     w = active[i]
-                    replies = w.read_replies()
-                    t = time.perf_counter()
-                    for reply in replies or []:
+                    for reply in w.read_replies() or []:
                         if reply == ("ready",):
                             w.ready = True
+                            w.forget_progress_file()
                             continue
                         job_id, ok, value, seconds = reply
-                        if not w.inflight or w.inflight[0] != job_id:
+                        if job_id not in w.inflight:
                             continue  # a reply to a job not in flight: ignore
-                        w.inflight.popleft()
-                        w.started_at = t
-                        w.budget = budget_s
+                        w.inflight.remove(job_id)
                         got = Outcome(value=value if ok else None, error=None if ok else value, seconds=seconds)
                         if job_id >= n:
                             k = warm_of[job_id]
@@ -336,13 +349,13 @@ class WorkerPool:
                         else:
                             outcomes[job_id] = got
                     if w.dead:
-                        self._lose(i, active, sel, outcomes, pending, n, warm_of, warm_done, killed=False)
+                        self._lose(i, active, sel, outcomes, pending, n, warm_of, warm_done)
                 # ---- kill a worker whose current item is past its budget
-                t = time.perf_counter()
+                now = time.monotonic()
                 for i, w in enumerate(active):
-                    if w.inflight and t > w.started_at + w.budget:
-                        self._lose(i, active, sel, outcomes, pending, n, warm_of, warm_done, killed=True)
-                    elif not w.ready and t > w.spawned_at + START_TIMEOUT_S:
+                    if w.inflight and now > w.running()[1] + budget_s:
+                        self._lose(i, active, sel, outcomes, pending, n, warm_of, warm_done)
+                    elif not w.ready and now > w.spawned_at + START_TIMEOUT_S:
                         raise RuntimeError(f"a scoring worker did not start within {START_TIMEOUT_S:g} s")
         finally:
             sel.close()
@@ -360,28 +373,28 @@ class WorkerPool:
         sel.register(active[i].fd, selectors.EVENT_READ, i)
 
     def _lose(self, i: int, active: list[_Worker], sel: selectors.BaseSelector, outcomes: list[Outcome | None],
-              pending: deque[int], n: int, warm_of: dict[int, Hashable], warm_done: dict[Hashable, Outcome],
-              *, killed: bool) -> None:  # fmt: skip
-        """Kill (or bury) worker ``i``: its current job is ``killed``, the rest of its chunk goes back."""
+              pending: deque[int], n: int, warm_of: dict[int, Hashable], warm_done: dict[Hashable, Outcome]) -> None:  # fmt: skip
+        """Kill (or bury) worker ``i``: the job it was running is ``killed``; its other jobs in
+        flight (their replies lost with it) go back to the front of the queue."""
         w = active[i]
         if not w.ready:
             code = w.proc.poll()
             w.kill()
             raise RuntimeError(f"a scoring worker exited while starting (status {code}); its error is above")
-        seconds = time.perf_counter() - w.started_at
+        job, start = w.running()
+        if job is None and w.inflight:
+            job = w.inflight[0]
+        seconds = time.monotonic() - start
         inflight = list(w.inflight)
         w.inflight.clear()
         self.kills += 1
-        if inflight:
-            current, rest = inflight[0], inflight[1:]
+        if job is not None:
             lost = Outcome(killed=True, seconds=seconds)
-            if current >= n:
-                warm_done.setdefault(warm_of[current], lost)
+            if job >= n:
+                warm_done.setdefault(warm_of[job], lost)
             else:
-                outcomes[current] = lost
-            for j in reversed(rest):
-                if j < n:
-                    pending.appendleft(j)
+                outcomes[job] = lost
+        pending.extendleft(reversed([j for j in inflight if j < n and j != job]))
         self._replace(i, active, sel)
 
     def close(self) -> None:
@@ -419,11 +432,13 @@ def _limit_memory(memory_mb: int) -> None:
     conn.close()
 
 
-def _serve(memory_mb: int, preload: Sequence[str]) -> None:
-    """The worker loop: import ``preload``, say ready, then read a chunk of calls, run each and
-    reply to each at once; exit at EOF."""
+def _serve(memory_mb: int, progress_path: str, preload: Sequence[str]) -> None:
+    """The worker loop: import ``preload``, say ready, then read a chunk of calls and run each,
+    recording in ``progress_path`` which one runs since when; exit at EOF."""
     import importlib
 
+    with open(progress_path, "r+b") as fh:
+        progress = mmap.mmap(fh.fileno(), _PROGRESS.size)
     proto_in = sys.stdin.buffer
     proto_out = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)  # stray prints go to stderr, never into the protocol
@@ -443,6 +458,7 @@ def _serve(memory_mb: int, preload: Sequence[str]) -> None:
         since = time.perf_counter()
         for k, (job_id, fn, args) in enumerate(jobs):
             fatal = False
+            _PROGRESS.pack_into(progress, 0, job_id, time.monotonic())
             t0 = time.perf_counter()
             try:
                 ok, value = True, fn(*args)
@@ -456,8 +472,7 @@ def _serve(memory_mb: int, preload: Sequence[str]) -> None:
                 data = pickle.dumps((job_id, False, RuntimeError(f"unpicklable reply: {exc}"), time.perf_counter() - t0))
             unsent.append(_HEADER.pack(len(data)) + data)
             now = time.perf_counter()
-            # replies go out together, but never later than FLUSH_S after the first of them, so
-            # the parent's clock for the item now running is at most FLUSH_S behind
+            # replies go out together, at the end of the chunk or FLUSH_S after the first of them
             if fatal or k == len(jobs) - 1 or now - since > FLUSH_S:
                 proto_out.write(b"".join(unsent))
                 proto_out.flush()
@@ -467,4 +482,4 @@ def _serve(memory_mb: int, preload: Sequence[str]) -> None:
 
 
 if __name__ == "__main__":
-    _serve(int(sys.argv[1]) if len(sys.argv) > 1 else DEFAULT_MEMORY_MB, sys.argv[2:])
+    _serve(int(sys.argv[1]), sys.argv[2], sys.argv[3:])

@@ -38,7 +38,7 @@ unicode), every component is a finite number in ``[0, 1]`` or None and the total
 
 **Parallel scoring.** ``config.make_scorer()`` gives a scorer with ``score_workers`` worker
 processes (:mod:`rewards.pool`); :func:`sql_reward_components` then scores a batch's completions
-in parallel, every one under a hard deadline of ``timeout_s + 0.4`` seconds and a memory cap,
+in parallel, every one under a hard deadline of ``timeout_s + 0.3`` seconds and a memory cap,
 so one slow query no longer holds up the batch. ``score_workers = 0`` scores in this process.
 """
 
@@ -98,7 +98,7 @@ class SQLRewardConfig:
     max_bytes: int = MAX_RESULT_BYTES
     """Bytes kept per result (text and blobs, as marshal measures them); a predicted query returning more scores 0."""
     score_workers: int = 2
-    """Worker processes that score a batch in parallel, each query under a hard deadline (timeout + 0.4 s); 0 scores in this process."""
+    """Worker processes that score a batch in parallel, each query under a hard deadline (timeout + 0.3 s); 0 scores in this process."""
     worker_memory_mb: int = DEFAULT_MEMORY_MB
     """Memory cap of each scoring worker process, MiB."""
 

@@ -364,7 +364,7 @@ class ExecutionScore:
     pred: ExecutionResult | None = None
 
 
-GRACE_S = 0.4
+GRACE_S = 0.3
 """Seconds past ``timeout_s`` a worker may take on one item before it is killed (fetching, comparing)."""
 
 

@@ -462,6 +462,47 @@ def test_time_limit_stops_a_runaway_pipeline(server, nw_db):
     assert time.perf_counter() - t < 0.2
 
 
+class _Commands(pymongo.monitoring.CommandListener):
+    """Records every command a client sends: ``(name, maxTimeMS)``."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[str, int | None]] = []
+
+    def started(self, event) -> None:
+        self.sent.append((event.command_name, event.command.get("maxTimeMS")))
+
+    def succeeded(self, event) -> None:
+        pass
+
+    def failed(self, event) -> None:
+        pass
+
+
+@pytest.mark.mongo
+def test_every_command_carries_max_time_ms_and_the_server_honours_it(server, northwind_uri):
+    # issue 14 item 11: after the client's deadline the server kept working; a getMore carries no
+    # maxTimeMS, so the whole result must come in the aggregate reply, and the server must stop itself
+    import psutil
+
+    listener = _Commands()
+    with server.client(event_listeners=[listener]) as client:
+        db = client["northwind"]
+        big = execute_pipeline(db, {"aggregate": "Order Details", "pipeline": []}, timeout_s=5.0, max_rows=2000)
+        assert big.ok and len(big.rows) == 2000 and big.truncated  # 2,155 lines: more than one default batch (101)
+        t = time.perf_counter()
+        runaway = execute_pipeline(db, {"aggregate": "Orders", "pipeline": RUNAWAY}, timeout_s=0.5)
+        assert runaway.timed_out and time.perf_counter() - t < 0.5 + 0.5
+        if server.pid is not None:  # the server itself stopped: idle right after, and answering at once
+            assert psutil.Process(server.pid).cpu_percent(interval=0.3) < 50
+        t = time.perf_counter()
+        client.admin.command("ping")
+        assert time.perf_counter() - t < 0.2
+    queries = [(name, ms) for name, ms in listener.sent if name in ("aggregate", "getMore")]
+    assert [name for name, _ in queries] == ["aggregate", "aggregate"]  # no getMore without a time limit
+    assert all(ms is not None and 0 < ms <= 5000 for _, ms in queries), queries
+    assert queries[1][1] <= 500
+
+
 @pytest.mark.mongo
 def test_rows_are_capped_at_max_rows(nw_db):
     q = MongoQuery("Orders", [{"$sort": {"OrderID": 1}}, {"$project": {"_id": 0, "OrderID": 1, "ShipVia": 1}}])

@@ -40,6 +40,12 @@ limited twice, by pymongo's client-side timeout: the server gets ``maxTimeMS`` (
 minus the round trip) and stops the pipeline itself (``error`` ``"timed out after 5 s"``); a
 server that does not (some check the limit only between stages) is abandoned when the time is
 up (``"... client deadline ..."``), though it may keep working until its stage ends.
+
+Every command a query sends carries that ``maxTimeMS``: the whole result (at most
+``max_rows + 1`` documents) is asked for in the ``aggregate`` reply itself (``batchSize``), so
+no ``getMore`` (which pymongo sends without a time limit) runs the rest of the pipeline with no
+limit on the server after the client has given up. Each query is tagged with the ``comment``
+:data:`QUERY_COMMENT` so an administrator can find it in ``currentOp``.
 """
 
 from __future__ import annotations
@@ -103,6 +109,9 @@ OPS = {"=": "$eq", "!=": "$ne", "<": "$lt", "<=": "$lte", ">": "$gt", ">=": "$gt
 """SQL comparison operators and their MongoDB query operators."""
 
 AGGREGATES = ("count", "sum", "avg", "min", "max")
+
+QUERY_COMMENT = "route2sql generated query"
+"""``comment`` of every aggregation :func:`execute_pipeline` sends."""
 
 
 # ---------------------------------------------------------------------------- queries
@@ -765,7 +774,8 @@ def execute_pipeline(
         # round trip, and also bounds the wait on the socket: a server that does not stop in
         # time is abandoned (its connection closed) when timeout_s is up.
         with pymongo.timeout(timeout_s):
-            cursor = db[q.collection].aggregate([*q.pipeline, {"$limit": max_rows + 1}])
+            cursor = db[q.collection].aggregate([*q.pipeline, {"$limit": max_rows + 1}], batchSize=max_rows + 1,
+                                                comment=QUERY_COMMENT)  # fmt: skip
             with cursor:
                 for doc in cursor:
                     docs.append(doc)
