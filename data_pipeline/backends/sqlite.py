@@ -287,6 +287,8 @@ _WRITE_TOKENS = frozenset(
 _WRITE_WORDS = re.compile(
     r"\b(INSERT|UPDATE|DELETE|DROP|CREATE|ALTER|ATTACH|DETACH|PRAGMA|VACUUM|REINDEX|REPLACE\s+INTO|MERGE)\b", re.I
 )
+_WRITE_FIRST_WORDS = frozenset({"REINDEX", "SAVEPOINT", "RELEASE", "VACUUM", "ANALYZE", "END", "REPLACE", "UPSERT"})
+"""Words that start a statement that is not a read, whatever sqlglot makes of them (``REINDEX`` parses as a column)."""
 _UNARY = frozenset({TokenType.NOT, TokenType.DASH, TokenType.PLUS, TokenType.TILDE})
 
 
@@ -311,13 +313,16 @@ def _nesting(tokens: list[Any]) -> int:
 
 
 def _write_in_unparsed(tokens: list[Any] | None, sql: str) -> str | None:
-    """The write keyword in text that does not parse (``DELETE FROM t WHERE``), else None."""
+    """The write keyword in text that is not a query (``DELETE FROM t WHERE``, ``REINDEX``), else None."""
     if tokens is None:
         m = _WRITE_WORDS.search(sql)
         return m.group(1).split()[0].upper() if m else None
     for i, tok in enumerate(tokens):
         if tok.token_type in _WRITE_TOKENS:
             return tok.text.split()[0].upper()
+        starts = i == 0 or tokens[i - 1].token_type == TokenType.SEMICOLON
+        if starts and tok.text.upper() in _WRITE_FIRST_WORDS:
+            return tok.text.upper()
         if tok.token_type == TokenType.REPLACE and (i + 1 >= len(tokens) or tokens[i + 1].token_type != TokenType.L_PAREN):
             return "REPLACE"
     return None
@@ -355,8 +360,9 @@ def _checked(sql: str) -> tuple[exp.Expression, str]:
         raise QueryRejected(f"expected one statement, got {len(statements)}")
     stmt = statements[0]
     if not isinstance(stmt, _ALLOWED_TOP):
-        unsafe = isinstance(stmt, _FORBIDDEN_NODES) or _write_in_unparsed(tokens, sql) is not None
-        exc = QueryRejected(f"only SELECT queries may run, not {_kind(stmt)}", kind="unsafe" if unsafe else "invalid")
+        write = None if isinstance(stmt, _FORBIDDEN_NODES) else _write_in_unparsed(tokens, sql)
+        unsafe = isinstance(stmt, _FORBIDDEN_NODES) or write is not None
+        exc = QueryRejected(f"only SELECT queries may run, not {write or _kind(stmt)}", kind="unsafe" if unsafe else "invalid")
         exc.tree = stmt  # type: ignore[attr-defined]
         raise exc
     try:
