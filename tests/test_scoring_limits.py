@@ -1,0 +1,178 @@
+"""Limits that must hold (issue 14 items 2, 4 and 9): bytes as well as rows, a deadline that holds,
+parallel scoring with the same guarantees, and WAL databases read without leaving files behind."""
+
+from __future__ import annotations
+
+import os
+import resource
+import sqlite3
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from data_pipeline.backends.sqlite import SQLiteExecutor, connect_readonly, execute_readonly, wal_is_idle
+from rewards.pool import WorkerPool
+from rewards.sql import SQLRewardConfig, sql_reward_components
+from rewards.sql_execution import ExecutionScorer
+
+ZEROBLOB_ROWS = (
+    "WITH RECURSIVE r(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM r WHERE x < 10000) SELECT zeroblob(9999999) FROM r"
+)
+"""Issue 14 item 2: 10,000 rows of 10 MB reached 4 GB peak RSS and ran 5.3-7.4 s against a 5 s timeout."""
+
+
+@pytest.fixture
+def shop(tiny_db: Path) -> Path:
+    return tiny_db
+
+
+# ---------------------------------------------------------------------------- item 2: bytes and time
+
+
+@pytest.mark.parametrize("timeout_s", [0.5, 5.0])
+def test_the_result_cap_counts_bytes(shop, timeout_s):
+    rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    t0 = time.perf_counter()
+    res = execute_readonly(shop, ZEROBLOB_ROWS, timeout_s=timeout_s, max_bytes=32_000_000)
+    wall = time.perf_counter() - t0
+    assert res.ok and res.truncated and res.limit == "bytes"
+    assert len(res.rows) == 3  # 3 x 10 MB fit under 32 MB; the 4th does not
+    assert wall < min(timeout_s, 1.0)
+    # peak RSS grows by the rows kept and a chunk more, not by gigabytes (ru_maxrss is in KiB)
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss0 < 256 * 1024
+    rows = execute_readonly(shop, "SELECT id FROM customers", max_rows=2)
+    assert rows.truncated and rows.limit == "rows" and rows.rows == [(1,), (2,)]
+    small = execute_readonly(shop, "SELECT name FROM customers", max_bytes=20)
+    assert small.truncated and small.limit == "bytes" and len(small.rows) < 3
+
+
+def test_a_wrong_answer_over_the_byte_cap_scores_zero_with_its_reason(shop):
+    scorer = ExecutionScorer(timeout_s=2.0, max_bytes=1_000_000)
+    score = scorer.score(shop, ZEROBLOB_ROWS, "SELECT name FROM customers")
+    assert score.f1 == 0.0 and "more than 1000000 bytes" in score.reason
+    scorer.close()
+
+
+def test_uninterruptible_calls_are_stopped_by_the_worker_deadline(shop):
+    # one SQLite function call ignores the progress handler (7.7 s here in this process); a worker is killed
+    cfg = SQLRewardConfig(timeout_s=0.5, score_workers=1)
+    bomb = "<answer>SELECT instr(hex(zeroblob(2000000)), hex(zeroblob(100000)) || '1')</answer>"
+    with cfg.make_scorer() as scorer:
+        sql_reward_components(["<answer>SELECT 1</answer>"], ["SELECT 1"], shop, cfg, scorer)  # start, warm
+        t0 = time.perf_counter()
+        [got] = sql_reward_components([bomb], ["SELECT 1"], shop, cfg, scorer)
+        assert time.perf_counter() - t0 < 0.5 + 0.5
+        assert got["execution"] == 0.0 and "worker stopped at the deadline" in got["reason"]
+        assert scorer.pool.kills == 1
+        # the pool goes on with a fresh worker
+        [ok] = sql_reward_components(["<answer>SELECT 1</answer>"], ["SELECT 1"], shop, cfg, scorer)
+        assert ok["execution"] == 1.0
+
+
+# ---------------------------------------------------------------------------- item 4: parallel scoring
+
+
+def test_one_slow_query_does_not_hold_up_the_batch(tmp_path):
+    from helpers import make_big_shop
+
+    big = make_big_shop(tmp_path / "big.sqlite")
+    cfg = SQLRewardConfig(timeout_s=1.0, score_workers=2)
+    quick = [f"<answer>SELECT name FROM customers WHERE id = {i}</answer>" for i in range(15)]
+    runaway = '<answer>SELECT count(*) FROM customers, orders, "order items"</answer>'
+    gold = ["SELECT name FROM customers WHERE id = 3"] * 16
+    with cfg.make_scorer() as scorer:
+        sql_reward_components(quick, gold[:15], big, cfg, scorer)  # start both workers, warm the gold
+        t0 = time.perf_counter()
+        comps = sql_reward_components([runaway, *quick], gold, big, cfg, scorer)
+        wall = time.perf_counter() - t0
+    assert comps[0]["execution"] == 0.0 and "timed out" in comps[0]["reason"]
+    assert [c["execution"] for c in comps[1:]] == [1.0 if i == 3 else 0.0 for i in range(15)]
+    # in one process the 15 quick queries would wait behind the runaway one; here they ran beside it
+    assert wall < 1.0 + 0.5
+
+
+def test_workers_keep_the_guarantees(shop, tmp_path):
+    before = (shop.read_bytes(), sorted(os.listdir(shop.parent)))
+    scorer = ExecutionScorer(timeout_s=0.5, workers=2)
+    items = [(shop, sql, "SELECT name FROM customers") for sql in
+             ["DELETE FROM customers", "SELECT name FROM customers", "ATTACH 'x.sqlite' AS x",
+              "WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r) SELECT count(*) FROM r",
+              "SELECT name FROM customers LIMIT 1", ZEROBLOB_ROWS]]  # fmt: skip
+    scores = scorer.score_batch(items)
+    assert [s.f1 for s in scores][:2] == [0.0, 1.0] and scores[5].f1 == 0.0
+    assert scores[0].reason.startswith("rejected") and scores[2].reason.startswith("rejected")
+    assert "timed out" in scores[3].reason and scores[3].pred.elapsed_s < 0.5 + 0.3
+    assert scores[4].f1 == pytest.approx(0.5)
+    assert "bytes" in scores[5].reason
+    # the same scores as in this process
+    assert [s.f1 for s in ExecutionScorer(timeout_s=0.5).score_batch(items)] == [s.f1 for s in scores]
+    pids = scorer.pool.pids
+    assert len(pids) == 2
+    for pid in pids:  # each worker's address space is capped
+        limits = psutil.Process(pid).rlimit(psutil.RLIMIT_AS)
+        assert limits[0] == scorer.worker_memory_mb << 20
+    scorer.close()
+    assert not any(psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE for p in pids)
+    assert (shop.read_bytes(), sorted(os.listdir(shop.parent))) == before
+
+
+def test_a_failing_gold_query_raises_from_the_workers_too(shop):
+    from data_pipeline.errors import DataError
+
+    with ExecutionScorer(workers=1) as scorer:
+        with pytest.raises(DataError, match="gold SQL does not run on this database .*no such table: nope"):
+            scorer.score_batch([(shop, "SELECT 1", "SELECT * FROM nope")])
+        assert scorer.score_batch([(shop, "SELECT 1", None)])[0].reason == "no gold SQL"
+
+
+def test_pool_outcomes_and_errors():
+    with WorkerPool(2) as pool:
+        out = pool.map(time.sleep, [(0.01,), (30,), (0.01,)], budget_s=0.5)
+        assert [o.ok for o in out] == [True, False, True] and out[1].killed
+        assert 0.5 <= out[1].seconds < 1.5 and pool.kills == 1
+        errs = pool.map(divmod, [(1, 0)], budget_s=5)
+        assert isinstance(errs[0].error, ZeroDivisionError)
+
+
+# ---------------------------------------------------------------------------- item 9: WAL databases
+
+
+def _wal_db(path: Path) -> Path:
+    conn = sqlite3.connect(path)
+    conn.execute("PRAGMA journal_mode = WAL")
+    conn.executescript("CREATE TABLE t (x); INSERT INTO t VALUES (1), (2);")
+    conn.commit()
+    conn.close()  # the last connection checkpoints and removes -wal/-shm
+    assert sorted(p.name for p in path.parent.iterdir()) == [path.name]
+    return path
+
+
+def test_reading_a_wal_database_leaves_no_files_beside_it(tmp_path):
+    db = _wal_db(tmp_path / "wal.sqlite")
+    assert wal_is_idle(db)
+    before = db.read_bytes()
+    conn = connect_readonly(db)
+    assert conn.execute("SELECT sum(x) FROM t").fetchone() == (3,)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["wal.sqlite"]  # mode=ro alone left -wal and -shm here
+    conn.close()
+    with SQLiteExecutor() as ex:
+        assert ex.execute(db, "SELECT count(*) FROM t").rows == [(2,)]
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["wal.sqlite"]
+    with ExecutionScorer(workers=1) as scorer:
+        assert scorer.score_batch([(db, "SELECT x FROM t", "SELECT x FROM t")])[0].f1 == 1.0
+    assert execute_readonly(db, "SELECT 1").ok
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["wal.sqlite"] and db.read_bytes() == before
+
+
+def test_a_wal_database_being_written_is_read_normally(tmp_path):
+    db = _wal_db(tmp_path / "wal.sqlite")
+    with SQLiteExecutor() as ex:
+        assert ex.execute(db, "SELECT count(*) FROM t").rows == [(2,)]  # opened immutable
+        writer = sqlite3.connect(db)
+        writer.execute("INSERT INTO t VALUES (3)")
+        writer.commit()  # the writer keeps -wal open: the executor must not read a stale file
+        assert not wal_is_idle(db)
+        assert ex.execute(db, "SELECT count(*) FROM t").rows == [(3,)]
+        writer.close()
