@@ -35,7 +35,8 @@ from data_pipeline.backends.mongodb import METADATA_COLLECTION, METADATA_FORMAT,
 from data_pipeline.backends.sqlite import connect_readonly
 from data_pipeline.cli import parse, run_main
 from data_pipeline.dataset import load_dataset
-from data_pipeline.datasets import SAMPLE_NAMES, description_file, resolve_database
+from data_pipeline.datasets import description_file, resolve_database
+from data_pipeline.sample_databases import is_sample_name
 from data_pipeline.errors import ConfigError, DataError, SchemaError
 from data_pipeline.schema import Schema, Table, introspect, quote_ident
 
@@ -210,14 +211,14 @@ def source_schema(db: str, descriptions: Path | None = None, name: str | None = 
         DataError: a data set folder whose ``schema.json`` is malformed.
     """
     folder = Path(db)
-    if folder.is_dir() and (folder / "schema.json").is_file():
+    if not is_sample_name(db) and folder.is_dir() and (folder / "schema.json").is_file():
         ds = load_dataset(folder)
         schema = ds.schema if descriptions is None else introspect(ds.db_path, descriptions=descriptions, name=ds.schema.name)
         if name:
             schema = Schema.from_dict(schema.to_dict() | {"name": name})
         return ds.db_path, schema
     path = resolve_database(db)
-    is_sample = str(db) in SAMPLE_NAMES and not folder.exists()
+    is_sample = is_sample_name(db)
     default = str(db) if is_sample else path.stem
     sidecar = descriptions if descriptions is not None else (description_file(default) if is_sample else None)
     return path, introspect(path, descriptions=sidecar, name=name or default)

@@ -98,10 +98,42 @@ def _build_chinook() -> bytes:
     )
 
 
+def is_sample_name(db: str | Path) -> bool:
+    """True when ``db`` names a sample: a string that is exactly one of :data:`SAMPLE_NAMES`.
+
+    **The rule:** a bare sample name is always the sample, even when a file or folder of that
+    name sits in the working directory (``build --db chinook --out chinook`` creates one before
+    reading ``--db``). To mean such a file, write it as a path (``./chinook``) or with a suffix
+    (``chinook.sqlite``); a :class:`~pathlib.Path` object is always a path.
+
+    >>> is_sample_name("chinook"), is_sample_name("./chinook"), is_sample_name("chinook.sqlite")
+    (True, False, False)
+    >>> is_sample_name(Path("chinook"))
+    False
+    """
+    return isinstance(db, str) and db in SAMPLE_NAMES
+
+
+def sample_of(path: str | Path) -> str | None:
+    """The sample whose cached database ``path`` is (``cache_dir("data") / "<name>.sqlite"``), else None.
+
+    Lets a caller that already resolved ``--db`` to a file still find the sample's description
+    sidecar. Nothing is built or fetched.
+    """
+    p = Path(path).expanduser()
+    if p.suffix != ".sqlite" or p.stem not in SAMPLE_NAMES:
+        return None
+    try:
+        return p.stem if p.resolve() == (cache_dir("data") / p.name).resolve() else None
+    except OSError:
+        return None
+
+
 def resolve_database(db: str | Path) -> Path:
     """Normalise a ``--db`` argument: a sample name or a path to an existing SQLite file.
 
-    An existing file wins over a sample of the same name.
+    A bare sample name is the sample, whatever the working directory holds
+    (:func:`is_sample_name`); anything else is a path.
 
     Returns:
         An absolute path to a SQLite file.
@@ -110,12 +142,15 @@ def resolve_database(db: str | Path) -> Path:
         SchemaError: the file does not exist (named, with the sample names listed), is a folder,
             or is not a SQLite database; or building a sample failed (see :func:`load_sample`).
     """
-    path = Path(db).expanduser()
-    if not path.exists() and str(db) in SAMPLE_NAMES:
+    if is_sample_name(db):
         return load_sample(str(db))
+    path = Path(db).expanduser()
     if not path.exists():
+        hint = ""
+        if path.name in SAMPLE_NAMES:
+            hint = f"; for the sample give the bare name {path.name}"
         raise SchemaError(
-            f"database file not found; give a SQLite file or a sample name ({', '.join(SAMPLE_NAMES)})", where=path
+            f"database file not found; give a SQLite file or a sample name ({', '.join(SAMPLE_NAMES)}){hint}", where=path
         )
     if not path.is_file():
         raise SchemaError("not a SQLite database (it is a folder)", where=path)

@@ -132,7 +132,9 @@ class SQLiteBackend:
     """A SQLite file (or a sample name such as ``northwind``), read-only.
 
     Args:
-        db: sample name or file path.
+        db: sample name or file path; a bare sample name is always the sample, a file of that
+            name in the working directory is ``./name`` (see
+            :func:`~data_pipeline.sample_databases.is_sample_name`).
         descriptions: sidecar JSON; samples use their packaged one.
         name: schema name (default: the sample name or the file stem).
 
@@ -143,12 +145,13 @@ class SQLiteBackend:
     kind = "sqlite"
 
     def __init__(self, db: str | Path, *, descriptions: str | Path | None = None, name: str | None = None) -> None:
-        from data_pipeline.datasets import SAMPLE_NAMES, description_file, resolve_database
+        from data_pipeline.sample_databases import description_file, is_sample_name, resolve_database, sample_of
 
         self.path = resolve_database(db)
-        is_sample = str(db) in SAMPLE_NAMES and not Path(db).exists()
-        self.name = name or (str(db) if is_sample else self.path.stem)
-        self.descriptions = descriptions if descriptions is not None else (description_file(str(db)) if is_sample else None)
+        # a bare sample name is the sample (whatever the working directory holds), and so is its cached file
+        sample = str(db) if is_sample_name(db) else sample_of(self.path)
+        self.name = name or (sample or self.path.stem)
+        self.descriptions = descriptions if descriptions is not None else (description_file(sample) if sample else None)
         self.location = str(self.path)
         self._executor = SQLiteExecutor()
         self._schema: Schema | None = None
