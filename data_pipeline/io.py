@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Iterable, Iterator
@@ -88,23 +89,82 @@ def write_json(path: str | Path, obj: Any) -> None:
     atomic_write_text(path, json.dumps(obj, indent=2, ensure_ascii=False, sort_keys=False) + "\n")
 
 
+_TEMPORARY = re.compile(r"^\.(?P<name>.+)\.(?P<kind>tmp|old)-(?P<rest>.*)$")
+
+
+def _pid_alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's live process
+        return True
+    return True
+
+
+def remove_stale_temporaries(folder: str | Path) -> list[Path]:
+    """Clean up after :func:`atomic_directory` calls that were killed half-way in ``folder``.
+
+    An interrupted save leaves ``.<name>.tmp-<pid>-*`` (the half-written folder; 28 MB for a
+    PPO checkpoint, 7 MB for GRPO) and, when killed between its two renames,
+    ``.<name>.old-<pid>`` (the previous good copy, moved aside). For every such entry whose
+    process is gone: a temporary folder is removed; a moved-aside copy is put back as
+    ``<name>`` when ``<name>`` is missing, else removed. Entries of a live process (a save in
+    progress) are left alone; a ``.tmp-`` folder without a process id (older versions) counts
+    as stale. Called before every :func:`atomic_directory` save, and on ``--resume``.
+
+    Returns:
+        The entries removed or restored, sorted.
+    """
+    folder = Path(folder)
+    done: list[Path] = []
+    try:
+        entries = list(folder.iterdir())
+    except OSError:
+        return done
+    for entry in entries:
+        m = _TEMPORARY.match(entry.name)
+        if m is None or not entry.is_dir():
+            continue
+        pid_text = m.group("rest").split("-", 1)[0]
+        if pid_text.isdigit() and _pid_alive(int(pid_text)):
+            continue
+        target = folder / m.group("name")
+        if m.group("kind") == "old" and not target.exists():
+            try:
+                os.replace(entry, target)
+            except OSError:
+                continue
+        else:
+            shutil.rmtree(entry, ignore_errors=True)
+        done.append(entry)
+    return sorted(done)
+
+
 @contextlib.contextmanager
 def atomic_directory(path: str | Path) -> Iterator[Path]:
     """Yield a temporary sibling folder; on success it replaces ``path`` in one rename.
 
     Used for ``save_pretrained``-style checkpoints: readers see the old directory or the new
     one, never a half-written mix. On error the temporary folder is removed and ``path`` is
-    left as it was.
+    left as it was. The temporary folder (``.<name>.tmp-<pid>-*``) and the moved-aside old copy
+    (``.<name>.old-<pid>``) carry the process id, so the next save in the same folder removes
+    what a killed save left behind (:func:`remove_stale_temporaries`).
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.tmp-"))
+    remove_stale_temporaries(path.parent)
+    tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.tmp-{os.getpid()}-"))
     tmp.chmod(0o777 & ~_umask())  # mkdtemp makes 0700; a finished directory gets the usual mode
     try:
         yield tmp
         old = None
         if path.exists():
             old = path.with_name(f".{path.name}.old-{os.getpid()}")
+            if old.exists():
+                shutil.rmtree(old, ignore_errors=True)
             os.replace(path, old)
         os.replace(tmp, path)
         if old is not None:
