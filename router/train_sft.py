@@ -32,7 +32,10 @@ and binds to it without ``retarget`` when its fingerprint is one of those record
 Outputs: the checkpoint folder ``--out`` (written atomically; :mod:`router.model` layout plus
 ``schema.json`` (``schemas.json`` with several schemas), ``eval.json`` and ``metrics.jsonl``),
 and live logs in ``--log-dir`` (default ``OUT.logs``): ``metrics.jsonl`` (one line per epoch)
-and TensorBoard events.
+and TensorBoard events. After every epoch ``OUT.logs/resume`` is replaced in one rename with
+the state the next epoch needs (weights, optimizer, schedule, random states, early stopping:
+:mod:`router.sft_resume`); a killed run started again with ``--resume`` ends exactly as an
+uninterrupted one would. A log folder that cannot be written is one error line naming it.
 
 Metrics (per epoch): ``train/loss``, ``train/anchor_ce``, ``train/via_ce``, ``train/target_ce``
 (weighted mean cross-entropies), ``train/value_loss`` (MSE of the value head), ``train/lr``;
@@ -68,6 +71,7 @@ from router.evaluate import format_table, path_metrics
 from router.model import PathSpace, RouterModel
 from router.policy import PathDistribution, RouterBatch, RouterPolicy
 from router.route import SCHEMAS_FILE
+from router import sft_resume
 
 
 @dataclass
@@ -119,6 +123,8 @@ class SFTConfig:
     """Torch CPU threads (0: all cores)."""
     max_train_samples: int = 0
     """Use only the first N training samples of each data set (0: all); for quick runs."""
+    resume: bool = False
+    """Continue a killed run from its last finished epoch (LOG_DIR/resume, saved after every epoch); the result equals an uninterrupted run."""
     log_dir: Path | None = None
     """Live metrics.jsonl and TensorBoard events (default: OUT.logs next to the checkpoint)."""
     tensorboard: bool = True
@@ -606,8 +612,8 @@ def train(cfg: SFTConfig) -> SFTResult:
     _seed_everything(cfg.seed)
     folders = data_set_folders(cfg.data)
     multi = len(folders) > 1 or folders[0] != Path(cfg.data)
-    log_dir = Path(cfg.log_dir) if cfg.log_dir is not None else Path(str(cfg.out) + ".logs")
-    log_dir.mkdir(parents=True, exist_ok=True)
+    log_dir = sft_resume.prepare_log_dir(Path(cfg.log_dir) if cfg.log_dir is not None else Path(str(cfg.out) + ".logs"))
+    resume_from = sft_resume.find_epoch_state(log_dir, cfg.to_dict(), cfg.resume)
 
     parts: list[SchemaPart] = []
     for folder in folders:
@@ -638,9 +644,25 @@ def train(cfg: SFTConfig) -> SFTResult:
     best_epoch = 0
     bad_epochs = 0
     keep = {k for k, p in model.named_parameters() if p.requires_grad or k.startswith("value_head.")}
-    bar = tqdm(total=total_steps, desc="router SFT", disable=not cfg.progress, file=sys.stderr, dynamic_ncols=True)
+    start_epoch, stopped = 1, False
+    if resume_from is not None:  # --resume: the last finished epoch's weights, optimizer, schedule, RNGs, early stopping
+        st = sft_resume.load_epoch_state(resume_from)
+        model.load_state_dict(st.model, strict=False)
+        opt.load_state_dict(st.optimizer)
+        sched.load_state_dict(st.scheduler)
+        sft_resume.restore_rngs(st, gen)
+        history, best, best_epoch, bad_epochs, stopped = st.history, st.best, st.best_epoch, st.bad_epochs, st.stopped
+        best_state = st.best_state if st.best_state is not None else {k_: v.clone() for k_, v in st.model.items()}
+        start_epoch = st.epoch + 1
+        if writer is not None:
+            writer.close()
+            writer = SummaryWriter(str(log_dir / "tensorboard"), purge_step=start_epoch)
+    bar = tqdm(total=total_steps, desc="router SFT", disable=not cfg.progress, file=sys.stderr, dynamic_ncols=True,
+               initial=steps_per_epoch * (start_epoch - 1))  # fmt: skip
     try:
-        for epoch in range(1, cfg.epochs + 1):
+        for epoch in range(start_epoch, cfg.epochs + 1):
+            if stopped:
+                break
             for part in parts:
                 part.policy.train()
             sums: Counter[str] = Counter()
@@ -702,8 +724,14 @@ def train(cfg: SFTConfig) -> SFTResult:
                 best_state = {k_: v.detach().clone() for k_, v in model.state_dict().items() if k_ in keep}
             else:
                 bad_epochs += 1
-                if bad_epochs >= cfg.patience:
-                    break
+            stopped = bad_epochs >= cfg.patience
+            weights = {k_: v.detach().clone() for k_, v in model.state_dict().items() if k_ in keep}
+            sft_resume.save_epoch_state(log_dir, cfg.to_dict(), sft_resume.EpochState(
+                epoch, weights, opt.state_dict(), sched.state_dict(), **sft_resume.capture_rngs(gen), best=best,
+                best_epoch=best_epoch, best_state=None if best_epoch == epoch else best_state, bad_epochs=bad_epochs,
+                stopped=stopped, history=history))  # fmt: skip
+            if stopped:
+                break
     finally:
         bar.close()
         if writer is not None:
@@ -776,6 +804,7 @@ def train(cfg: SFTConfig) -> SFTResult:
     write_jsonl(out / "metrics.jsonl", history)
     write_json(log_dir / "eval.json", eval_doc)
     wall = time.perf_counter() - t0
+    sft_resume.finish(log_dir)
     return SFTResult(out, eval_doc, history, best_epoch, wall, policy)
 
 
