@@ -189,3 +189,19 @@ def test_named_parser_bombs_total_zero_quickly(sql, db, scorer):
     [got] = sql_reward_components([f"<reasoning>r</reasoning><answer>{sql}</answer>"], [GOLD], db, CONFIG, scorer)
     assert time.perf_counter() - t0 < 1.0  # issue 14 item 10: a 2 MB answer took 17 s and 1.1 GB
     assert got["total"] == 0.0 and got["reason"].startswith("rejected"), got
+
+
+def test_grpo_scoring_survives_parser_bombs(db):
+    # issue 14 item 1: train_grpo.score_completions let the RecursionError end the run; the smoke
+    # test and generator.generate score through the same sql_reward_components
+    from generator.train_grpo import score_completions
+
+    cfg = SQLRewardConfig(timeout_s=0.5, score_workers=2)
+    bombs = ["<reasoning>r</reasoning><answer>SELECT " + "(" * 50 + "1" + ")" * 50 + "</answer>",
+             "<reasoning>r</reasoning><answer>SELECT " + "(" * 50 + "</answer>",
+             f"<reasoning>r</reasoning><answer>{GOLD}</answer>"]  # fmt: skip
+    with cfg.make_scorer() as scorer:
+        comps, totals = score_completions(bombs, GOLD, db, cfg, scorer)
+    assert totals.shape == (3,) and totals.tolist()[:2] == [0.0, 0.0]
+    assert totals[2].item() == pytest.approx(cfg.max_total)
+    assert [c["reason"][:9] for c in comps] == ["rejected:", "rejected:", "match"]
