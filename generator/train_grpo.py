@@ -622,7 +622,7 @@ def train(cfg: GRPOConfig) -> GRPOResult:
                                       schema_detail=cfg.schema_detail)  # fmt: skip
     if not prompts:
         raise DataError(f"every training prompt is longer than --max-prompt-tokens {cfg.max_prompt_tokens}", where=cfg.data)
-    scorer = cfg.reward.make_scorer()
+    scorer = cfg.reward.make_scorer().start()  # the scoring workers start while the model loads
     stream = PromptStream(len(prompts), rank=rank, world=world, seed=cfg.seed)
     ro = Rollout(model, tokenizer, prompts, stream, scorer, ds.db_path)
     if accelerator.is_main_process:

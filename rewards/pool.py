@@ -241,10 +241,34 @@ class WorkerPool:
             w = self._workers[i] = _Worker(self.memory_mb, self.preload)
         return w
 
-    def start(self) -> WorkerPool:
-        """Start every worker now (they import ``preload`` in the background); returns self."""
-        for i in range(self.n):
-            self._worker(i)
+    def start(self, *, wait: bool = False) -> WorkerPool:
+        """Start every worker now (they import ``preload`` in the background); returns self.
+
+        Args:
+            wait: block until every worker has said it is ready.
+
+        Raises:
+            RuntimeError: ``wait`` and a worker exited or did not start within :data:`START_TIMEOUT_S`.
+        """
+        workers = [self._worker(i) for i in range(self.n)]
+        while wait and not all(w.ready for w in workers):
+            sel = selectors.DefaultSelector()
+            try:
+                for w in workers:
+                    if not w.ready:
+                        sel.register(w.fd, selectors.EVENT_READ, w)
+                for key, _ in sel.select(timeout=1.0):
+                    w = key.data
+                    replies = w.read_replies()
+                    if replies is None:
+                        raise RuntimeError(f"a scoring worker exited while starting (status {w.proc.poll()})")
+                    if ("ready",) in replies:
+                        w.ready = True
+                        w.forget_progress_file()
+            finally:
+                sel.close()
+            if any(not w.ready and time.monotonic() > w.spawned_at + START_TIMEOUT_S for w in workers):
+                raise RuntimeError(f"a scoring worker did not start within {START_TIMEOUT_S:g} s")
         return self
 
     def map(  # noqa: C901 - one dispatch loop, read top to bottom

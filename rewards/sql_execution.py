@@ -605,6 +605,13 @@ class ExecutionScorer:
                                                                                 o.seconds, False))  # fmt: skip
         return o.value
 
+    def start(self, *, wait: bool = False) -> ExecutionScorer:
+        """Start the worker processes now, so the first batch does not wait for them (no-op with
+        ``workers=0``); ``wait`` blocks until they are ready. Returns self."""
+        if self.workers > 0:
+            self.pool.start(wait=wait)
+        return self
+
     def close(self) -> None:
         """Close the in-process connections and stop the workers."""
         self.executor.close()

@@ -46,9 +46,9 @@ SCRIPT = textwrap.dedent(
     state = PartialState(cpu=True)
     rank = state.process_index
     reward = SQLRewardConfig(timeout_s=timeout)
-    scorer = reward.make_scorer()
+    scorer = reward.make_scorer().start(wait=True)  # its worker processes are up before the timed part
     gold = "SELECT count(*) FROM t"
-    scorer.gold_result(big_db, gold)  # warm the gold cache outside the timed part
+    score_completions([render_completion(gold, "r")], gold, big_db, reward, scorer)  # warm the gold caches
     pred = "SELECT count(*) FROM t a, t b, t c" if rank == 0 else gold  # 8e9-row cartesian product on rank 0
     threads_before = threading.active_count()
     state.wait_for_everyone()
