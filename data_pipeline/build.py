@@ -60,6 +60,13 @@ def print_summary(summary: dict[str, Any]) -> None:
         ("templates used (held out)", f"{summary['templates']['used']} ({summary['templates']['heldout_used']})"),
         ("dropped", ", ".join(f"{k} {v}" for k, v in summary["dropped"].items())),
         ("gold SQL with rows", f"{summary['gold_sql']['share_with_rows']:.0%} (min {summary['gold_sql']['min_rows']} rows)"),
+        ("value named alone / verb / question word", f"{summary['natural_share']:.0%} of samples"),
+        ("route ambiguity (masked by table / strict)",
+         f"{summary['route_ambiguity']['by_table']:.1%} / {summary['route_ambiguity']['strict']:.1%}"),
+        ("value index", "-" if summary["value_index"] is None else
+         f"{summary['value_index']['values']} values in {summary['value_index']['columns']} columns"
+         + (f", capped: {', '.join(summary['value_index']['capped'])}" if summary["value_index"]["capped"] else "")),
+        ("human-written questions", str(summary["splits"].get("human", 0))),
         ("synthetic rows", ", ".join(f"{k} {v}" for k, v in summary.get("synthesized_tables", {}).items()) or "-"),
         ("time", f"{summary['elapsed_s']:.2f} s"),
     ]
@@ -75,7 +82,8 @@ def print_summary(summary: dict[str, Any]) -> None:
     for c in ("split", "samples", "share"):
         splits.add_column(c, justify="right")
     for sp, v in summary["splits"].items():
-        splits.add_row(sp, str(v), f"{_share(v, n):.0%}")
+        if sp != "human":
+            splits.add_row(sp, str(v), f"{_share(v, n):.0%}")
     console.print(hops)
     console.print(splits)
 

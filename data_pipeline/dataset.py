@@ -4,8 +4,13 @@ Layout written by ``python -m data_pipeline.build --out DIR``::
 
     DIR/schema.json      Schema.to_dict() plus {"max_hops": int, "db_path": str} ("" for a MongoDB
                          data set: its "backend" is "mongodb" and "source" the URI, password hidden)
-    DIR/samples.jsonl    every Sample, each with its split (record schema in data_pipeline.samples)
+    DIR/samples.jsonl    every generated Sample, each with its split (record schema in data_pipeline.samples)
+    DIR/human.jsonl      human-written evaluation questions (split "human"; same record schema), if any
+    DIR/values.json      the value index of the database's text columns (data_pipeline.values), if built
     DIR/summary.json     counts: per path, per hop, null-via share, language mix, splits
+
+Human-written questions are kept apart from ``samples`` (``BuiltDataset.human``), so no code that
+iterates a data set's samples can train on them; ``split("human")`` returns them.
 
 Every trainer and evaluator starts from :func:`load_dataset`.
 """
@@ -13,7 +18,7 @@ Every trainer and evaluator starts from :func:`load_dataset`.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from data_pipeline.errors import DataError
@@ -21,19 +26,33 @@ from data_pipeline.graph import SchemaGraph
 from data_pipeline.io import write_json
 from data_pipeline.samples import Sample, load_samples, save_samples
 from data_pipeline.schema import Schema
+from data_pipeline.values import VALUE_INDEX_FILE, ValueIndex
+
+HUMAN_FILE = "human.jsonl"
+"""File name of the human-written evaluation questions inside a data set folder."""
 
 
 @dataclass
 class BuiltDataset:
-    """A schema, its graph and its samples. ``db_path`` is the database the gold SQL runs on."""
+    """A schema, its graph and its samples. ``db_path`` is the database the gold SQL runs on.
+
+    Attributes:
+        samples: the generated questions (splits ``train``, ``validation``, ``test``, ``test_heldout``).
+        human: human-written evaluation questions (split ``human``), never among ``samples``.
+        values: the database's value index (None for a data set built without one).
+    """
 
     schema: Schema
     graph: SchemaGraph
     samples: list[Sample]
     db_path: Path
+    human: list[Sample] = field(default_factory=list)
+    values: ValueIndex | None = None
 
     def split(self, name: str) -> list[Sample]:
-        """Samples of one split (``train``, ``validation``, ``test``, ``test_heldout``)."""
+        """Samples of one split (``train``, ``validation``, ``test``, ``test_heldout``, ``human``)."""
+        if name == "human":
+            return list(self.human)
         return [s for s in self.samples if s.split == name]
 
 
@@ -45,6 +64,16 @@ def save_dataset(out_dir: str | Path, ds: BuiltDataset, summary: dict | None = N
     meta = ds.schema.to_dict() | {"max_hops": ds.graph.max_hops, "db_path": db_path}
     write_json(out / "schema.json", meta)
     save_samples(out / "samples.jsonl", ds.samples)
+    human = out / HUMAN_FILE
+    if ds.human:
+        save_samples(human, ds.human)
+    elif human.exists():
+        human.unlink()
+    values = out / VALUE_INDEX_FILE
+    if ds.values is not None:
+        ds.values.save(values)
+    elif values.exists():
+        values.unlink()
     if summary is not None:
         write_json(out / "summary.json", summary)
     return out
@@ -62,7 +91,8 @@ def load_dataset(data_dir: str | Path, db_path: str | Path | None = None, *, sql
     Raises:
         DataError: the folder, ``schema.json`` or ``samples.jsonl`` is missing or malformed, a
             sample's path is not legal in the schema (file and line named), or ``sql_user`` is set
-            and the data set was built on MongoDB without a ``db_path``.
+            and the data set was built on MongoDB without a ``db_path``; ``human.jsonl`` or
+            ``values.json`` is malformed.
     """
     d = Path(data_dir)
     schema_file = d / "schema.json"
@@ -82,4 +112,16 @@ def load_dataset(data_dir: str | Path, db_path: str | Path | None = None, *, sql
     samples = load_samples(samples_file)
     for i, s in enumerate(samples, 1):
         graph.check_path(s.path, where=str(samples_file), line=i)
-    return BuiltDataset(schema, graph, samples, Path(db_path or meta.get("db_path", "")))
+        if s.split == "human":
+            raise DataError(f"human-written questions belong in {HUMAN_FILE}, not in samples.jsonl", where=str(samples_file), line=i)
+    human: list[Sample] = []
+    human_file = d / HUMAN_FILE
+    if human_file.is_file():
+        human = load_samples(human_file)
+        for i, s in enumerate(human, 1):
+            graph.check_path(s.path, where=str(human_file), line=i)
+            if s.split != "human":
+                raise DataError(f"split must be 'human' in {HUMAN_FILE}, got {s.split!r}", where=str(human_file), line=i)
+    values_file = d / VALUE_INDEX_FILE
+    values = ValueIndex.load(values_file) if values_file.is_file() else None
+    return BuiltDataset(schema, graph, samples, Path(db_path or meta.get("db_path", "")), human, values)

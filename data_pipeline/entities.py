@@ -26,6 +26,12 @@ from data_pipeline.schema import Column, Schema, Table, quote_ident
 NAME_HINTS = ("name", "title", "company", "desc")
 """Column-name fragments that mark a name-like column (``CompanyName``, ``title``)."""
 
+ZH_NAME_HINTS = ("名称", "姓名", "名字", "标题", "名")
+"""Fragments of a sidecar Chinese column name that mark a name-like column (药品名称, 姓名)."""
+
+MAX_NAME_LENGTH = 30
+"""Mean length (characters) above which a text column is not a name (``Categories.Description``)."""
+
 MAX_ENTITY_LENGTH = 40
 """Mean length (characters) above which a text column is free text, not a name to filter by."""
 
@@ -60,6 +66,8 @@ SYNONYMS: tuple[tuple[str, str], ...] = (
 
 FUZZ_KINDS = ("partial", "case", "typo", "synonym")
 
+_CJK_TEXT = re.compile(r"[\u3400-\u9fff]")
+
 
 @dataclass(frozen=True)
 class ColumnStats:
@@ -77,7 +85,16 @@ class ColumnStats:
 
     @property
     def name_like(self) -> bool:
-        return any(h in self.column.name.lower() for h in NAME_HINTS)
+        """A short text column that names its row: ``CompanyName``, ``title``, or a sidecar
+        calling it a name (``hzxm`` = 姓名, ``ypmc`` = 药品名称). Long text (descriptions) is not."""
+        c = self.column
+        if self.mean_length > MAX_NAME_LENGTH:
+            return False
+        return (
+            any(h in c.name.lower() for h in NAME_HINTS)
+            or any(w in c.zh for w in ZH_NAME_HINTS)
+            or bool(re.search(r"\bname\b", c.description.lower()))
+        )
 
 
 @dataclass(frozen=True)
@@ -289,6 +306,9 @@ def fuzz(value: str, rng: random.Random, column_values: Sequence[str] = ()) -> t
     synonyms = _synonym(value)
     if synonyms and rng.random() < 0.5:
         return rng.choice(synonyms), "synonym"
+    if _CJK_TEXT.search(value):  # Chinese has no case, and a letter typo would be no character at all
+        out = _partial(value, rng, column_values)
+        return (out, "partial") if out and out != value else (rng.choice(synonyms), "synonym") if synonyms else None
     kinds = ["partial", "case", "typo"]
     rng.shuffle(kinds)
     for kind in kinds:

@@ -18,7 +18,7 @@ from data_pipeline.schema import quote_ident
 AGGREGATE_FAMILIES = ("count", "agg")
 """Families whose gold SQL aggregates (one row)."""
 
-UNFILTERED_FAMILIES = ("all_count", "all_list", "all_pairs", "all_agg")
+UNFILTERED_FAMILIES = ("all_count", "all_list", "all_pairs", "all_agg", "top")
 """Families whose gold SQL has no WHERE (see :data:`~data_pipeline.templates.UNFILTERED_FAMILIES_BY_SCOPE`):
 ``entity_column`` is then only the anchor column that ``all_pairs`` lists beside ``ask_column``."""
 
@@ -38,6 +38,7 @@ class Plan:
         count_column: target column counted distinctly (None: ``COUNT(*)``).
         filter_column: target column of the second condition ``{E2}`` (``filter`` only).
         filter_op: ``>=`` (numbers) or ``=`` (text).
+        group_column: target column ``top`` groups by (its key), counting ``count_column`` of the anchor.
     """
 
     family: str
@@ -49,6 +50,7 @@ class Plan:
     count_column: str | None = None
     filter_column: str | None = None
     filter_op: str | None = None
+    group_column: str | None = None
 
     @property
     def aggregates(self) -> bool:
@@ -133,6 +135,16 @@ def _unfiltered_sql(graph: SchemaGraph, path: JoinPath, plan: Plan) -> str:
         select = f"SELECT DISTINCT {col(t, str(plan.ask_column))}, {col(a, plan.entity_column)}"
     elif plan.family == "all_agg":
         select = f"SELECT {plan.agg}({col(t, str(plan.num_column))})"
+    elif plan.family == "top":
+        ask, group = col(t, str(plan.ask_column)), col(t, str(plan.group_column))
+        count = f"COUNT(DISTINCT {col(a, str(plan.count_column))})"
+        return f"SELECT {ask} {graph.from_clause(path)} GROUP BY {group} ORDER BY {count} DESC, {ask} LIMIT 1"
     else:
         raise ValueError(f"unknown family {plan.family!r}")
     return f"{select} {graph.from_clause(path)}"
+
+
+def top_tie_sql(graph: SchemaGraph, path: JoinPath, plan: Plan) -> str:
+    """The two largest counts of a ``top`` plan's groups: equal counts mean the superlative has no single answer."""
+    group, count = col(path.target, str(plan.group_column)), f"COUNT(DISTINCT {col(path.anchor, str(plan.count_column))})"
+    return f"SELECT {count} AS n {graph.from_clause(path)} GROUP BY {group} ORDER BY n DESC LIMIT 2"

@@ -44,13 +44,16 @@ from data_pipeline.datasets import SAMPLE_NAMES, description_file, resolve_datab
 from data_pipeline.entities import profile_columns
 from data_pipeline.errors import ConfigError, DataError
 from data_pipeline.graph import DEFAULT_MAX_HOPS, JoinPath, SchemaGraph
-from data_pipeline.io import ensure_writable_dir
+from data_pipeline.human_sets import load_human_questions, packaged_human_file
+from data_pipeline.io import cache_dir, ensure_writable_dir
 from data_pipeline.paraphrase import LLMParaphraser, Paraphraser, RuleParaphraser
-from data_pipeline.samples import DIFFICULTIES, LANGUAGES, SPLITS
+from data_pipeline.quality import route_ambiguity
+from data_pipeline.samples import DIFFICULTIES, GENERATED_SPLITS, LANGUAGES
 from data_pipeline.splits import assign_splits
 from data_pipeline.stages import StageContext, run_stages
 from data_pipeline.synthesize import ROWS_PER_TABLE, synthesize_rows
 from data_pipeline.templates import heldout_template_ids
+from data_pipeline.values import ValueIndex, ValueIndexConfig, copy_columns
 
 MAX_SAMPLES_PER_PATH = 1000
 """Most questions per path a build may ask for (more only repeats the templates and fills memory)."""
@@ -66,7 +69,7 @@ class BuildConfig:
     out: Path
     """Output folder (created; schema.json, samples.jsonl and summary.json are replaced)."""
     db: str | None = None
-    """Sample name (northwind, chinook) or path to a SQLite file; with --backend mongodb, the database name on the server when --uri names none."""
+    """Sample name (northwind, chinook, hospital, projects) or path to a SQLite file; with --backend mongodb, the database name on the server when --uri names none."""
     backend: str = "sqlite"
     """Database kind: sqlite (--db) or mongodb (--uri); gold queries are SQL or aggregation pipelines that run on it."""
     uri: str | None = None
@@ -77,8 +80,8 @@ class BuildConfig:
     """Longest join path, in joins, to ask questions about."""
     seed: int = 0
     """Random seed; the same seed gives the same data set."""
-    samples_per_path: int = 10
-    """Questions per legal path after paraphrasing (at least 3 seeds each)."""
+    samples_per_path: int = 20
+    """Questions per legal path after paraphrasing (at least 3 seeds each); 20 routed people's questions better than 10 (Northwind: 70% vs 50% of a development set)."""
     languages: str = "en,zh"
     """Comma-separated question languages: en, zh or both."""
     real_fraction: float = 0.6
@@ -93,8 +96,16 @@ class BuildConfig:
     """Fill tables without rows with synthetic rows in a copy, OUT/database.sqlite (the input is never modified), so every legal path is usable; --no-synthesize-empty skips the paths through them instead."""
     synthetic_rows: int = ROWS_PER_TABLE
     """Synthetic rows per empty table (with --synthesize-empty)."""
-    unfiltered_share: float = 0.0
-    """Share of each path's seed questions (and so of its paraphrases) written without a filter value ("How many singers are there?": no entity, gold SQL without WHERE), rounded per path: 0.3 of 5 seeds is 2 (40%); 0 builds exactly the data set of earlier versions. SQLite only."""
+    human: Path | None = None
+    """JSONL file of human-written evaluation questions (question, language, path, sql per line) kept as the split human and never trained on; sample databases bring their own set."""
+    value_index: bool = True
+    """Index the distinct values of the text columns (OUT/values.json) so routers and prompts can link the values a question names."""
+    max_values_per_column: int = ValueIndexConfig.max_values_per_column
+    """Most distinct values indexed per column (the rest are left out, with a warning)."""
+    unfiltered_share: float = 0.2
+    """Share of each path's seed questions (and so of its paraphrases) written without a filter value ("How many singers are there?", "Which customer has the most orders?": no entity, gold SQL without WHERE), rounded per path: 0.2 of 5 seeds is 1. SQLite only (0 on MongoDB)."""
+    natural_share: float = 0.95
+    """Share of the seed questions that can be phrased as people ask (the value named alone, a relation verb, a question word such as who / where / how much) that are; the rest name the entity's table ("the product Chai"). 0 writes the classic phrasings only."""
 
     def __post_init__(self) -> None:
         check_backend_options(self.backend, self.db, self.uri)
@@ -112,8 +123,10 @@ class BuildConfig:
             raise ConfigError(f"must be a positive number of seconds, got {self.timeout_s}", where="--timeout-s")
         if not 0.0 <= self.unfiltered_share <= 1.0:
             raise ConfigError(f"must be between 0 and 1, got {self.unfiltered_share}", where="--unfiltered-share")
-        if self.unfiltered_share > 0 and self.backend != "sqlite":
-            raise ConfigError(f"questions without a filter value are built on sqlite only, not {self.backend}", where="--unfiltered-share")
+        if not 0.0 <= self.natural_share <= 1.0:
+            raise ConfigError(f"must be between 0 and 1, got {self.natural_share}", where="--natural-share")
+        if self.max_values_per_column < 1:
+            raise ConfigError(f"must be at least 1, got {self.max_values_per_column}", where="--max-values-per-column")
         if self.synthetic_rows < 1:
             raise ConfigError(f"must be at least 1, got {self.synthetic_rows}", where="--synthetic-rows")
         if (self.llm_base_url is None) != (self.llm_model is None):
@@ -185,6 +198,12 @@ def build_dataset(cfg: BuildConfig) -> tuple[BuiltDataset, dict[str, Any]]:
         notes += path_notes
         if not paths:
             raise DataError("no legal path has rows to ask about (every table on them is empty)", where=backend.location)
+        values = None
+        if cfg.value_index:
+            values, value_notes = ValueIndex.build(backend, schema, ValueIndexConfig(max_values_per_column=cfg.max_values_per_column))
+            notes += value_notes
+        human_file = cfg.human if cfg.human is not None else packaged_human_file(name) if _is_sample(cfg, name, source) else None
+        human = load_human_questions(human_file, graph, backend, db_name=name, timeout_s=cfg.timeout_s) if human_file else []
         profiles = {t.name: profile_columns(t, backend.column_stats(schema, t)) for t in schema.tables if t.row_count > 0}
         ctx = StageContext(
             schema=schema,
@@ -199,7 +218,9 @@ def build_dataset(cfg: BuildConfig) -> tuple[BuiltDataset, dict[str, Any]]:
             paraphraser=_paraphraser(cfg),
             seed=cfg.seed,
             timeout_s=cfg.timeout_s,
-            unfiltered_share=cfg.unfiltered_share,
+            unfiltered_share=cfg.unfiltered_share if backend.kind == "sqlite" else 0.0,
+            natural_share=cfg.natural_share,
+            copy_columns=copy_columns(values, schema) if values is not None else frozenset(),
         )
         samples = run_stages(ctx)
     finally:
@@ -209,7 +230,7 @@ def build_dataset(cfg: BuildConfig) -> tuple[BuiltDataset, dict[str, Any]]:
     samples = [replace(s, id=f"{name}-{i}") for i, s in enumerate(samples)]
     samples = assign_splits(samples, heldout_template_ids(), seed=cfg.seed)
     db_path = Path(backend.location) if backend.kind == "sqlite" else Path()
-    ds = BuiltDataset(schema, graph, samples, db_path)
+    ds = BuiltDataset(schema, graph, samples, db_path, human, values)
     summary = summarize(
         ds, cfg, skipped, ctx.counters, notes, time.perf_counter() - start, synthesized=synthesized, source_db=source,
         location=backend.location,
@@ -273,6 +294,14 @@ def _open(cfg: BuildConfig, out: Path) -> tuple[Backend, str, list[str], dict[st
     return backend, name, notes, dict(report.rows), source
 
 
+def _is_sample(cfg: BuildConfig, name: str, source: str) -> bool:
+    """True when the build reads a packaged sample database (its cached SQLite build), not a user's file."""
+    if cfg.backend != "sqlite" or name not in SAMPLE_NAMES:
+        return False
+    src = Path(source)
+    return src.name == f"{name}.sqlite" and src.parent.resolve() == cache_dir("data").resolve()
+
+
 def _share(part: int, whole: int) -> float:
     return round(part / whole, 4) if whole else 0.0
 
@@ -293,9 +322,12 @@ def summarize(
 
     Keys: ``n_samples``; ``paths`` (legal, used, covered, skipped with reasons); ``per_path``
     (samples per path, plus min/median/max); ``hops`` (paths and samples per hop count);
-    ``null_via_share`` (of paths and of samples); ``languages``; ``entity_kinds`` (real/fuzzy)
-    and ``fuzz_kinds``; ``difficulty``; ``families``; ``splits``; ``templates`` (used, held out);
-    ``dropped`` (total and by reason); ``gold_sql`` (min rows, share with rows); ``warnings``;
+    ``null_via_share`` (of paths and of samples); ``languages``; ``entity_kinds`` (real/fuzzy/none),
+    ``fuzzy_share`` (of the questions with an entity) and ``fuzz_kinds``; ``difficulty``; ``families``; ``splits``; ``templates`` (used, held out);
+    ``dropped`` (total and by reason); ``gold_sql`` (min rows, share with rows);
+    ``route_ambiguity`` (:func:`~data_pipeline.quality.route_ambiguity`); ``natural_share`` (share
+    of questions in a natural style: value named alone, relation verb, question word);
+    ``value_index`` (columns, values, capped columns); ``warnings``;
     ``config``; ``elapsed_s``; ``backend``; ``db_path`` (the database the gold queries run on:
     ``location`` when given, e.g. a MongoDB URI, else ``ds.db_path``), ``source_db`` (the
     database given) and ``synthesized_tables`` (table -> synthetic rows; empty when ``db_path``
@@ -344,11 +376,18 @@ def summarize(
         },
         "languages": {lang: sum(1 for s in samples if s.language == lang) for lang in LANGUAGES},
         "entity_kinds": dict(sorted(Counter(s.entity_kind for s in samples).items())),
-        "fuzzy_share": _share(sum(1 for s in samples if s.entity_kind == "fuzzy"), n),
+        "fuzzy_share": _share(sum(1 for s in samples if s.entity_kind == "fuzzy"), sum(1 for s in samples if s.entities)),
         "fuzz_kinds": dict(sorted(Counter(s.entities[0].fuzz for s in samples if s.entity_kind == "fuzzy").items())),
         "difficulty": {d: sum(1 for s in samples if s.difficulty == d) for d in DIFFICULTIES},
         "families": dict(sorted(Counter(s.template_id.split(".")[0] for s in samples).items())),
-        "splits": {sp: sum(1 for s in samples if s.split == sp) for sp in SPLITS},
+        "splits": {sp: sum(1 for s in samples if s.split == sp) for sp in GENERATED_SPLITS} | {"human": len(ds.human)},
+        "route_ambiguity": route_ambiguity(samples),
+        "natural_share": _share(sum(1 for s in samples if s.meta.get("style", "classic") != "classic"), n),
+        "value_index": None if ds.values is None else {
+            "columns": len(ds.values.columns),
+            "values": len(ds.values),
+            "capped": [f"{c.table}.{c.column}" for c in ds.values.columns if c.capped],
+        },
         "templates": {
             "used": len(templates_used),
             "heldout_used": sum(1 for t in templates_used if t in heldout),

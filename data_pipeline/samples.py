@@ -16,7 +16,8 @@ entities       list of ``{"table", "column", "value", "surface", "kind", "fuzz"}
 entity_kind    ``"real"`` (surface == value), ``"fuzzy"`` (partial, case, typo, synonym) or ``"none"``
 difficulty     ``"easy"``, ``"medium"`` or ``"hard"`` (hops, aggregation, filters)
 template_id    id of the phrasing template (held-out split uses unseen ones)
-split          ``"train"``, ``"validation"``, ``"test"`` or ``"test_heldout"``
+split          ``"train"``, ``"validation"``, ``"test"``, ``"test_heldout"``, or ``"human"`` (a
+               human-written evaluation question; kept in ``human.jsonl``, never trained on)
 n_rows         rows the gold SQL returned when the sample was built
 ============== ======================================================================
 """
@@ -31,7 +32,9 @@ from data_pipeline.errors import DataError
 from data_pipeline.graph import JoinPath
 from data_pipeline.io import read_jsonl, write_jsonl
 
-SPLITS = ("train", "validation", "test", "test_heldout")
+SPLITS = ("train", "validation", "test", "test_heldout", "human")
+GENERATED_SPLITS = ("train", "validation", "test", "test_heldout")
+"""The splits of generated questions (``samples.jsonl``); ``human`` is the human-written evaluation split."""
 LANGUAGES = ("en", "zh")
 DIFFICULTIES = ("easy", "medium", "hard")
 

@@ -239,7 +239,17 @@ def _open_sqlite(path: Path) -> sqlite3.Connection:
             raise SchemaError("not a SQLite database (bad header)", where=path)
     conn = sqlite3.connect(f"file:{path.resolve()}?mode=ro", uri=True)
     conn.execute("PRAGMA query_only = ON")
+    conn.text_factory = decode_text
     return conn
+
+
+def decode_text(raw: bytes) -> str:
+    r"""SQLite text as ``str``; bytes that are not UTF-8 become U+FFFD instead of an error.
+
+    >>> decode_text("café".encode()), decode_text(b"\xff(")
+    ('café', '\ufffd(')
+    """
+    return raw.decode("utf-8", errors="replace")
 
 
 def _load_descriptions(path: Path | None, schema_tables: dict[str, list[Column]]) -> dict[str, Any]:

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import math
 import random
+import re
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Protocol
@@ -39,11 +40,13 @@ from data_pipeline.entities import TableProfile, fuzz, fuzzable
 from data_pipeline.gold import Plan, gold_sql
 from data_pipeline.graph import JoinPath, SchemaGraph
 from data_pipeline.paraphrase import Paraphraser
+from data_pipeline.relations import agent_verb, agent_verbs, is_event, is_person
 from data_pipeline.samples import Entity, Sample
-from data_pipeline.schema import Schema
+from data_pipeline.schema import Schema, humanize
 from data_pipeline.templates import (
     AGG_WORDS,
     FAMILIES_BY_SCOPE,
+    Template,
     UNFILTERED_FAMILIES_BY_SCOPE,
     column_words,
     table_words,
@@ -56,6 +59,10 @@ if TYPE_CHECKING:
 
 MIN_SEEDS_PER_PATH = 3
 """Every usable path gets at least this many seed questions."""
+
+ASK_WORD_SHARE = 0.35
+"""Share of single-row lookups that ask for a price or a place when the table has one (so that
+"How much does X cost?" and "Where is X?" are generated, not only "What is the name of X?")."""
 
 HELDOUT_WEIGHT = 0.5
 """Draw weight of a held-out phrasing relative to a training one: with 2 of 8 phrasings per group
@@ -79,8 +86,13 @@ class StageContext:
         seed: the random seed; each stage draws from its own generator (:meth:`rng`).
         timeout_s: limit for one gold query, seconds.
         unfiltered_share: share of each path's seed questions (and so of its paraphrases) written
-            without a filter value (:data:`~data_pipeline.templates.UNFILTERED_FAMILIES_BY_SCOPE`);
-            0 leaves the stages exactly as without the option.
+            without a filter value (:data:`~data_pipeline.templates.UNFILTERED_FAMILIES_BY_SCOPE`).
+        natural_share: share of the seed questions that can be phrased in a natural style
+            (:data:`~data_pipeline.templates.NATURAL_STYLES`: the entity named by its value
+            alone, relation verbs, question words) that are; 0 writes only the classic phrasings.
+        copy_columns: ``(table, column)`` pairs whose values copy another table's column
+            (Northwind's ``Orders.ShipName`` holds customer names): never the name a question
+            gives a row of that table.
         counters: ``dropped/<reason>``, ``paraphrase/shortfall`` and similar counts.
     """
 
@@ -97,6 +109,8 @@ class StageContext:
     seed: int = 0
     timeout_s: float = 5.0
     unfiltered_share: float = 0.0
+    natural_share: float = 0.0
+    copy_columns: frozenset[tuple[str, str]] = frozenset()
     counters: Counter[str] = field(default_factory=Counter)
     _values: dict[tuple[Any, ...], list[Any]] = field(default_factory=dict, repr=False)
 
@@ -127,6 +141,22 @@ def _pick(options: tuple[str, ...] | list[str], rng: random.Random, top: int = 2
     return rng.choices(head, weights=weights)[0]
 
 
+def _unnamed_entity(table: str, ctx: StageContext) -> str:
+    """The column that identifies a row of a table without a name column: its own short text
+    (not a copy of another table's, not a foreign key), else its primary key ("order 10248"),
+    else the profile's first entity column."""
+    refs = {fk.column for fk in ctx.schema.foreign_keys if fk.table == table}
+    prof = ctx.profiles[table]
+    pk = ctx.schema.table(table).primary_key
+    for c in prof.entity:
+        col = ctx.schema.table(table).column(c)
+        if col.is_text and c not in refs and (table, c) not in ctx.copy_columns and not col.primary_key:
+            return c
+    if len(pk) == 1 and pk[0] in prof.entity:
+        return pk[0]
+    return prof.entity[0]
+
+
 def plan_question(family: str, path: JoinPath, ctx: StageContext, rng: random.Random) -> Plan | None:
     """A plan for ``family`` on ``path``, or None when the tables lack the columns it needs.
 
@@ -136,11 +166,20 @@ def plan_question(family: str, path: JoinPath, ctx: StageContext, rng: random.Ra
     """
     a, t = ctx.profiles[path.anchor], ctx.profiles[path.target]
     scope = "self" if path.hops == 0 else "join"
+    names = [c for c in a.names if (path.anchor, c) not in ctx.copy_columns]
     if scope == "join" or family == "lookup":
-        entity = _pick(a.names, rng) if a.names else a.entity[0]
+        entity = _pick(names, rng) if names else _unnamed_entity(path.anchor, ctx)
     else:
         entity = rng.choice(a.categories) if a.categories else a.entity[0]
     asked = [c for c in t.descriptive if not (scope == "self" and c == entity)]
+    if family == "lookup" and asked and rng.random() < ASK_WORD_SHARE:
+        # what people ask of one row by a question word: its price ("how much"), place ("where"), person ("who")
+        table = ctx.schema.table(path.target)
+        worded = [c for c in asked if _PLACE.search(_column_text(ctx.schema, path.target, c))
+                  or _PERSON.search(_column_text(ctx.schema, path.target, c))
+                  or _PRICE.search(_column_text(ctx.schema, path.target, c)) and table.column(c).is_numeric]  # fmt: skip
+        if worded:
+            return Plan(family, scope, entity, ask_column=rng.choice(worded))
     if family in ("list", "lookup"):
         return Plan(family, scope, entity, ask_column=_pick(asked, rng, 3)) if asked else None
     if family == "count":
@@ -185,11 +224,20 @@ def plan_unfiltered(family: str, path: JoinPath, ctx: StageContext, rng: random.
         return Plan(family, scope, entity, ask_column=_pick(asked, rng, 3)) if asked else None
     if family == "all_agg":
         return Plan(family, scope, entity, num_column=rng.choice(t.numeric), agg=rng.choice(("SUM", "AVG"))) if t.numeric else None
+    if family == "top":
+        names = [c for c in t.names if (path.target, c) not in ctx.copy_columns] or list(asked[:1])
+        if scope != "join" or a.count_key is None or t.count_key is None or not names:
+            return None
+        return Plan(family, scope, entity, ask_column=names[0], count_column=a.count_key, group_column=t.count_key)
     raise ValueError(f"unknown family {family!r}")
 
 
-def words_for(plan: Plan, path: JoinPath, schema: Schema, language: str) -> dict[str, str]:
-    """Values for the template placeholders (see :mod:`data_pipeline.templates`)."""
+def words_for(
+    plan: Plan, path: JoinPath, schema: Schema, language: str, style: str = "classic", verb_index: int = 0
+) -> dict[str, str]:
+    """Values for the template placeholders (see :mod:`data_pipeline.templates`); ``style``
+    picks whose verb ``{v_*}`` is: the target's for ``agent``/``agent_event``/``who``, the anchor's for
+    ``actor``; ``verb_index`` which of its verbs (:func:`~data_pipeline.relations.agent_verbs`, modulo their number)."""
     a, t = schema.table(path.anchor), schema.table(path.target)
     a_sg, a_pl = table_words(a, language)
     t_sg, t_pl = table_words(t, language)
@@ -200,13 +248,99 @@ def words_for(plan: Plan, path: JoinPath, schema: Schema, language: str) -> dict
         words["ncol"] = column_words(t.column(plan.num_column), language)
     if plan.agg in ("SUM", "AVG"):
         words["agg"] = AGG_WORDS[language][plan.agg]
+    verbs = agent_verbs(a) if style == "actor" else agent_verbs(t)
+    verb = verbs[verb_index % len(verbs)] if verbs else None
+    if verb is not None:
+        words |= {"v_base": verb.base, "v_past": verb.past, "v_zh": verb.zh}
+    # the event nearest the target carries the relation: employees handled *orders*, not order details
+    event = next((schema.table(v) for v in reversed(path.via) if is_event(schema.table(v))), None)
+    if event is not None:
+        words["ev"], words["ev_pl"] = table_words(event, language)
+    if path.via:
+        vias = [table_words(schema.table(v), language) for v in path.via]
+        if language == "zh":
+            words["via_zh"] = "的" + "的".join(sg for sg, _ in vias) + "的"
+        else:
+            words["via_en"] = " ".join(f"the {pl} of" for _, pl in reversed(vias)) + f" the {a_sg}"
     return words
 
 
-def protected_words(plan: Plan, path: JoinPath, schema: Schema, language: str) -> list[str]:
-    """Table and column words a paraphrase must keep (routing cues)."""
-    w = words_for(plan, path, schema, language)
-    return [v for k, v in w.items() if k != "agg"]
+def protected_words(
+    plan: Plan, path: JoinPath, schema: Schema, language: str, style: str = "classic", verb_index: int = 0
+) -> list[str]:
+    """Table and column words (and verbs) a paraphrase must keep (routing cues)."""
+    w = words_for(plan, path, schema, language, style, verb_index)
+    return [v for k, v in w.items() if k not in ("agg", "via_en", "via_zh")]
+
+
+_PRICE = re.compile(r"price|cost|amount|fee|charge|单价|价格|金额|费用|价", re.IGNORECASE)
+_PLACE = re.compile(r"city|country|address|region|state|province|location|城市|国家|地址|地区|省份|位置", re.IGNORECASE)
+_WHEN = re.compile(r"date|日期", re.IGNORECASE)
+_PERSON = re.compile(r"contact|manager|representative|person|联系人|负责人|经理|代表", re.IGNORECASE)
+
+
+def _column_text(schema: Schema, table: str, column: str) -> str:
+    c = schema.table(table).column(column)
+    return " ".join((humanize(c.name), c.description, c.zh))
+
+
+def canonical_paths(paths: tuple[JoinPath, ...] | list[JoinPath]) -> frozenset[JoinPath]:
+    """The route a question means when its words name no intermediate table: for each (anchor,
+    target) pair the shortest legal path, ties broken by the via's table names (alphabetical).
+
+    >>> ps = [JoinPath("c", ("t",), "s"), JoinPath("c", ("e", "s2"), "s"), JoinPath("c", ("d",), "s"), JoinPath("c", (), "c")]
+    >>> sorted(str(p) for p in canonical_paths(ps))
+    ['c', 'c -> d -> s']
+    """
+    best: dict[tuple[str, str], JoinPath] = {}
+    for p in paths:
+        key = (p.anchor, p.target)
+        if key not in best or (p.hops, p.via) < (best[key].hops, best[key].via):
+            best[key] = p
+    return frozenset(best.values())
+
+
+def natural_styles(family: str, path: JoinPath, plan: Plan, ctx: StageContext, language: str) -> list[tuple[str, float]]:
+    """The natural styles (:data:`~data_pipeline.templates.NATURAL_STYLES`) that fit a seed, with draw weights.
+
+    Value-alone styles need a named entity (a name-like text column of the anchor, or a place for
+    the single-table counts: "How many customers are in London?"); verb styles need an agent
+    (:mod:`data_pipeline.relations`); question-word styles need a price, place or date column
+    asked for. Only styles with templates for ``(family, scope, language)`` are returned.
+    """
+    schema = ctx.schema
+    a, t = schema.table(path.anchor), schema.table(path.target)
+    names = {c for c in ctx.profiles[path.anchor].names if (path.anchor, c) not in ctx.copy_columns}
+    named = plan.entity_column in names
+    place = bool(_PLACE.search(_column_text(schema, path.anchor, plan.entity_column)))
+    out: list[tuple[str, float]] = []
+    if path.hops == 0:
+        if family == "lookup" and named:
+            out.append(("value", 1.0))
+            asked = _column_text(schema, path.target, str(plan.ask_column))
+            if _PRICE.search(asked) and schema.table(path.target).column(str(plan.ask_column)).is_numeric:
+                out.append(("howmuch", 1.5))
+            elif _PLACE.search(asked):
+                out.append(("where", 1.5))
+            elif _WHEN.search(asked):
+                out.append(("when", 1.0))
+            elif _PERSON.search(asked):
+                out.append(("who", 1.5))
+        elif family in ("count", "agg", "filter") and place:
+            out.append(("value", 1.0))
+    elif named:
+        out.append(("value", 1.0))
+        target_verb, anchor_verb = agent_verb(t), agent_verb(a)
+        if target_verb is not None and not is_event(t):
+            out.append(("agent", 1.0))
+            if any(is_event(schema.table(v)) for v in path.via):
+                out.append(("agent_event", 1.2))
+            if is_person(t):
+                out.append(("who", 0.6))
+        elif anchor_verb is not None:
+            out.append(("actor", 1.2))
+    scope = "self" if path.hops == 0 else "join"
+    return [(st, w) for st, w in out if templates_for(family, scope, language, st)]
 
 
 class _Slots(dict):
@@ -227,9 +361,12 @@ def seed_questions(samples: list[Sample], ctx: StageContext) -> list[Sample]:
     (half rounded up) come from the families without a filter value, when the path has any.
     """
     rng = ctx.rng("seed_questions")
+    canonical = canonical_paths(ctx.paths)
     out: list[Sample] = []
     for path in ctx.paths:
         scope = "self" if path.hops == 0 else "join"
+        # a longer route between the same two tables is only meant when its via is named
+        via_named = scope == "join" and path not in canonical
         plans: dict[str, Plan] = {}
         for family in FAMILIES_BY_SCOPE[scope]:
             plan = plan_question(family, path, ctx, rng)
@@ -241,7 +378,7 @@ def seed_questions(samples: list[Sample], ctx: StageContext) -> list[Sample]:
         used: set[str] = set()
         unfiltered: dict[str, Plan] = {}
         n_unfiltered = 0
-        if ctx.unfiltered_share > 0:
+        if ctx.unfiltered_share > 0 and not via_named:
             for family in UNFILTERED_FAMILIES_BY_SCOPE[scope]:
                 plan = plan_unfiltered(family, path, ctx, rng)
                 if plan is not None:
@@ -260,14 +397,21 @@ def seed_questions(samples: list[Sample], ctx: StageContext) -> list[Sample]:
             else:
                 family = u_families[j % len(u_families)]
                 plan = unfiltered[family] if j < len(u_families) else plan_unfiltered(family, path, ctx, rng) or unfiltered[family]
-            # once every template of the family is used (many samples per path), reuse them
-            options = [t for t in templates_for(family, scope, language) if t.id not in used] or list(
-                templates_for(family, scope, language)
-            )
+            style = "classic"
+            if j < 0 and via_named and templates_for(family, scope, language, "via"):
+                style = "via"
+            elif j < 0 and ctx.natural_share > 0:
+                styles = natural_styles(family, path, plan, ctx, language)
+                if styles and rng.random() < ctx.natural_share:
+                    style = rng.choices([st for st, _ in styles], weights=[w for _, w in styles])[0]
+            # once every template of the group is used (many samples per path), reuse them
+            group: tuple[Template, ...] = templates_for(family, scope, language, style)
+            options = [t for t in group if t.id not in used] or list(group)
             tpl = rng.choices(options, weights=[HELDOUT_WEIGHT if t.heldout else 1.0 for t in options])[0]
             used.add(tpl.id)
             sid = f"{ctx.db_name}-s{len(out)}"
-            text = render(tpl.text, words_for(plan, path, ctx.schema, language), language)
+            verb_index = rng.randrange(6) if style in ("agent", "agent_event", "who", "actor") else 0
+            text = render(tpl.text, words_for(plan, path, ctx.schema, language, style, verb_index), language)
             out.append(
                 Sample(
                     id=sid,
@@ -277,7 +421,7 @@ def seed_questions(samples: list[Sample], ctx: StageContext) -> list[Sample]:
                     path=path,
                     sql="",
                     template_id=tpl.id,
-                    meta={"seed": sid, "plan": plan.to_dict(), "paraphrase": None},
+                    meta={"seed": sid, "plan": plan.to_dict(), "paraphrase": None, "style": style, "verb": verb_index},
                 )
             )
     return out
@@ -305,7 +449,7 @@ def paraphrase(samples: list[Sample], ctx: StageContext) -> list[Sample]:
             if want == 0:
                 continue
             plan = Plan.from_dict(seed.meta["plan"])
-            keep = protected_words(plan, path, ctx.schema, seed.language)
+            keep = protected_words(plan, path, ctx.schema, seed.language, seed.meta.get("style", "classic"), seed.meta.get("verb", 0))
             variants = ctx.paraphraser(seed.question, seed.language, want, rng, keep)
             ctx.counters["paraphrase/shortfall"] += want - len(variants)
             for k, (text, rule) in enumerate(variants):
@@ -363,8 +507,9 @@ def _condition_words(plan: Plan, path: JoinPath, schema: Schema, language: str, 
 
 def _entity_words(s: Sample, entity: Entity, schema: Schema) -> str:
     """The text for ``{E1}``: the surface, qualified by its column for numbers and codes
-    ("order detail with quantity 12") unless the question already names the column."""
-    if fuzzable(entity.value):
+    ("order detail with quantity 12") unless the question already names the column or is in a
+    natural style (there the value stands alone, as people write it)."""
+    if fuzzable(entity.value) or s.meta.get("style", "classic") != "classic":
         return entity.surface
     words = column_words(schema.table(entity.table).column(entity.column), s.language)
     if words.lower() in s.question.lower():

@@ -53,13 +53,15 @@ AGG_WORDS: dict[str, dict[str, str]] = {
 
 @dataclass(frozen=True)
 class Template:
-    """One phrasing. ``id`` is ``family.scope.language.k``; ``heldout`` marks test-only phrasings."""
+    """One phrasing. ``id`` is ``family.scope.language.k`` (``family.scope.language.style.k`` for the
+    natural styles of :data:`NATURAL_STYLES`); ``heldout`` marks test-only phrasings."""
 
     id: str
     family: str
     scope: str
     language: str
     text: str
+    style: str = "classic"
 
     @property
     def index(self) -> int:
@@ -239,10 +241,12 @@ _TEXTS: dict[tuple[str, str, str], tuple[str, ...]] = {
 
 
 UNFILTERED_FAMILIES_BY_SCOPE: dict[str, tuple[str, ...]] = {
-    "join": ("all_count", "all_list", "all_pairs"),
-    "self": ("all_count", "all_list", "all_pairs", "all_agg"),
+    "join": ("all_count", "all_list", "top"),
+    "self": ("all_count", "all_list", "all_agg"),
 }
-"""Families of questions without a filter value (opt-in: ``BuildConfig.unfiltered_share``).
+"""Families of questions without a filter value (``BuildConfig.unfiltered_share``). ``all_pairs``
+(two tables' columns side by side) has templates but is not generated: its route has no target
+a question could name (Spider's rule calls it ``select_spans_tables``).
 
 ========== ======= ==========================================================================
 family     scope   gold SQL (no WHERE)
@@ -254,6 +258,7 @@ all_count  self    ``SELECT COUNT(*) FROM A``
 all_list   self    ``SELECT DISTINCT A.col FROM A``
 all_pairs  self    ``SELECT DISTINCT A.col, A.acol FROM A``
 all_agg    self    ``SELECT SUM|AVG(A.num_col) FROM A``
+top        join    ``SELECT T.col FROM A JOIN ... T GROUP BY T.pk ORDER BY COUNT(DISTINCT A.pk) DESC LIMIT 1``
 ========== ======= ==========================================================================
 
 The FROM clause starts at the anchor and the target's column comes first in the SELECT, so
@@ -348,6 +353,393 @@ _UNFILTERED_TEXTS: dict[tuple[str, str, str], tuple[str, ...]] = {
 }
 
 
+NATURAL_STYLES = ("value", "agent", "agent_event", "who", "actor", "via", "howmuch", "where", "when")
+"""Phrasings as people write them (issue: questions that name a value alone, relation verbs,
+question words that imply the target). ``{E1}`` is never preceded by its table's name:
+
+========== ======= =========================================================================
+style      scope   used when
+========== ======= =========================================================================
+value      both    the entity is named text (a name, a title): "Which customers are linked to
+                   {E1}?", "What is the price of {E1}?", "{E1} 的订单有哪些？"
+agent      join    the target is an agent with a verb (:mod:`data_pipeline.relations`):
+                   "Which suppliers supplied {E1}?", "哪些员工负责过 {E1}？"
+agent_event join   as ``agent``, and the via holds an event table whose noun carries the
+                   relation: "Which employees handled the orders of {E1}?"
+who        both    the target is a person table with a verb: "Who supplies {E1}?", "谁承运过 {E1}？";
+                   or one row's person column is asked for: "Who is the contact of {E1}?"
+actor      join    the anchor is an agent: "What products did {E1} buy?", "{E1} 购买过哪些产品？"
+via        join    the route is not the shortest between its anchor and target: the via tables
+                   are named ("the advisors of the students of {E1}")
+howmuch    self    the asked-for column is a price or amount: "How much does {E1} cost?"
+where      self    the asked-for column is a place: "Where is {E1} located?"
+when       self    the asked-for column is a date: "When is the hire date of {E1}?"
+========== ======= =========================================================================
+
+Extra placeholders: ``{v_base}``/``{v_past}``/``{v_zh}`` the verb, ``{ev_pl}``/``{ev}`` the event
+table's words, ``{via_en}``/``{via_zh}`` the via tables as a chain ("the students of the"; "的学生的")."""
+
+_NATURAL_TEXTS: dict[tuple[str, str, str, str], tuple[str, ...]] = {
+    # ------------------------------------------------------------------ value alone, multi-table
+    ("list", "join", "en", "value"): (
+        "Which {t_pl} are linked to {E1}? Give the {tcol}.",
+        "What are the {t_pl} of {E1}? I need the {tcol}.",
+        "Show the {tcol} of the {t_pl} for {E1}.",
+        "{E1}: list the {tcol} of its {t_pl}.",
+        "List the {t_pl} that go with {E1} (their {tcol}).",
+        "I need the {tcol} of every {t} connected to {E1}.",
+        "{t_pl} of {E1}? Show their {tcol}.",
+        "What {tcol} do the {t_pl} of {E1} have?",
+    ),
+    ("count", "join", "en", "value"): (
+        "How many {t_pl} does {E1} have?",
+        "How many {t_pl} are there for {E1}?",
+        "Count the {t_pl} of {E1}.",
+        "Number of {t_pl} for {E1}?",
+        "{E1} has how many {t_pl}?",
+        "How many {t_pl} involve {E1}?",
+        "What's the number of {t_pl} tied to {E1}?",
+        "how many {t_pl} for {E1}",
+    ),
+    ("agg", "join", "en", "value"): (
+        "What is the {agg} {ncol} of the {t_pl} of {E1}?",
+        "{agg} {ncol} of {E1}'s {t_pl}?",
+        "For {E1}, what is the {agg} {ncol} of its {t_pl}?",
+        "Give me the {agg} {ncol} over the {t_pl} of {E1}.",
+        "What do the {t_pl} of {E1} come to in {agg} {ncol}?",
+        "Calculate the {agg} {ncol} of {t_pl} for {E1}.",
+    ),
+    ("filter", "join", "en", "value"): (
+        "Which {t_pl} of {E1} have {E2}? Show the {tcol}.",
+        "{E1}'s {t_pl} with {E2}: list the {tcol}.",
+        "Among the {t_pl} of {E1}, which have {E2}? Give the {tcol}.",
+        "List the {tcol} of the {t_pl} for {E1} that have {E2}.",
+        "Show {t_pl} of {E1} with {E2} (the {tcol}).",
+        "What {tcol} do {E1}'s {t_pl} with {E2} have?",
+    ),
+    ("list", "join", "zh", "value"): (
+        "{E1} 的{t}有哪些？列出{tcol}。",
+        "{E1} 对应哪些{t}？要{tcol}。",
+        "{E1} 相关的{t}的{tcol}是什么？",
+        "查一下 {E1} 的{t}{tcol}。",
+        "{E1} 都有哪些{t}？给出{tcol}。",
+        "和 {E1} 有关的{t}，{tcol}分别是什么？",
+        "看看 {E1} 的所有{t}，显示{tcol}。",
+        "{E1} 涉及的{t}，要{tcol}。",
+    ),
+    ("count", "join", "zh", "value"): (
+        "{E1} 有多少{t}？",
+        "{E1} 一共有几个{t}？",
+        "{E1} 的{t}数量是多少？",
+        "统计一下 {E1} 的{t}数。",
+        "{E1} 对应多少个{t}？",
+        "和 {E1} 相关的{t}有几个？",
+        "{E1} 名下有多少{t}？",
+        "{E1} 的{t}一共多少",
+    ),
+    ("agg", "join", "zh", "value"): (
+        "{E1} 的{t}{agg}{ncol}是多少？",
+        "{E1} 所有{t}的{agg}{ncol}？",
+        "算一下 {E1} 的{t}的{agg}{ncol}。",
+        "{E1} 相关{t}的{agg}{ncol}是多少？",
+        "{E1} 的{t}按{ncol}算，{agg}是多少？",
+        "{E1} 的{t}，{agg}{ncol}多少？",
+    ),
+    ("filter", "join", "zh", "value"): (
+        "{E1} 的{t}里哪些{E2}？列出{tcol}。",
+        "{E1} 中{E2}的{t}有哪些？要{tcol}。",
+        "找出 {E1} 的{t}中{E2}的，显示{tcol}。",
+        "{E1} 的{t}，筛选{E2}的，看{tcol}。",
+        "{E1} 有哪些{E2}的{t}？给出{tcol}。",
+        "列出 {E1} 名下{E2}的{t}的{tcol}。",
+    ),
+    # ------------------------------------------------------------------ the target is an agent with a verb
+    ("list", "join", "en", "agent"): (
+        "Which {t_pl} {v_past} {E1}? Give the {tcol}.",
+        "What {t_pl} have {v_past} {E1}? Show the {tcol}.",
+        "List the {t_pl} that {v_past} {E1} (their {tcol}).",
+        "Which {t} {v_past} {E1}? I want the {tcol}.",
+        "{E1} was {v_past} by which {t_pl}? Give the {tcol}.",
+        "Find the {t_pl} that {v_past} {E1} and show the {tcol}.",
+    ),
+    ("count", "join", "en", "agent"): (
+        "How many {t_pl} {v_past} {E1}?",
+        "How many different {t_pl} have {v_past} {E1}?",
+        "Count the {t_pl} that {v_past} {E1}.",
+        "Number of {t_pl} who {v_past} {E1}?",
+    ),
+    ("list", "join", "zh", "agent"): (
+        "哪些{t}{v_zh}过 {E1}？列出{tcol}。",
+        "{E1} 是哪些{t}{v_zh}的？要{tcol}。",
+        "{v_zh}过 {E1} 的{t}有哪些？给出{tcol}。",
+        "查一下{v_zh} {E1} 的{t}，显示{tcol}。",
+        "有哪些{t}{v_zh}了 {E1}？看{tcol}。",
+        "{E1} 由哪个{t}{v_zh}？要{tcol}。",
+    ),
+    ("count", "join", "zh", "agent"): (
+        "有多少{t}{v_zh}过 {E1}？",
+        "{v_zh}过 {E1} 的{t}有几个？",
+        "{E1} 被多少个{t}{v_zh}过？",
+        "统计{v_zh} {E1} 的{t}数量。",
+    ),
+    ("list", "join", "en", "agent_event"): (
+        "Which {t_pl} {v_past} the {ev_pl} of {E1}? Give the {tcol}.",
+        "Who {v_past} {E1}'s {ev_pl}? Show the {tcol} of the {t_pl}.",
+        "List the {t_pl} that {v_past} {ev_pl} for {E1} (their {tcol}).",
+        "Which {t_pl} {v_past} {ev_pl} of {E1}? I need the {tcol}.",
+    ),
+    ("count", "join", "en", "agent_event"): (
+        "How many {t_pl} {v_past} the {ev_pl} of {E1}?",
+        "How many different {t_pl} {v_past} {ev_pl} for {E1}?",
+        "Count the {t_pl} that {v_past} {E1}'s {ev_pl}.",
+        "Number of {t_pl} that {v_past} {ev_pl} of {E1}?",
+    ),
+    ("list", "join", "zh", "agent_event"): (
+        "哪些{t}{v_zh}过 {E1} 的{ev}？列出{tcol}。",
+        "谁{v_zh}了 {E1} 的{ev}？要{t}的{tcol}。",
+        "{E1} 的{ev}是哪些{t}{v_zh}的？给出{tcol}。",
+        "{v_zh} {E1} {ev}的{t}有哪些？显示{tcol}。",
+    ),
+    ("count", "join", "zh", "agent_event"): (
+        "有多少{t}{v_zh}过 {E1} 的{ev}？",
+        "{E1} 的{ev}由几个{t}{v_zh}？",
+        "{v_zh}过 {E1} {ev}的{t}一共几个？",
+        "统计{v_zh} {E1} 的{ev}的{t}数量。",
+    ),
+    ("list", "join", "en", "who"): (
+        "Who {v_past} {E1}? Give the {tcol}.",
+        "Who has {v_past} {E1}? I need their {tcol}.",
+        "Who {v_past} {E1}? Show the {t}'s {tcol}.",
+        "Tell me who {v_past} {E1} ({tcol}).",
+    ),
+    ("list", "join", "zh", "who"): (
+        "谁{v_zh}过 {E1}？给出{tcol}。",
+        "{E1} 是谁{v_zh}的？要{tcol}。",
+        "谁{v_zh}了 {E1}？列出{t}的{tcol}。",
+        "是谁{v_zh}的 {E1}？显示{tcol}。",
+    ),
+    # ------------------------------------------------------------------ the anchor is an agent
+    ("list", "join", "en", "actor"): (
+        "What {t_pl} did {E1} {v_base}? Give the {tcol}.",
+        "Which {t_pl} has {E1} {v_past}? Show the {tcol}.",
+        "List the {t_pl} {E1} {v_past} (their {tcol}).",
+        "What did {E1} {v_base}? I need the {tcol} of the {t_pl}.",
+        "Show the {tcol} of the {t_pl} that {E1} {v_past}.",
+        "Which {t_pl} were {v_past} by {E1}? Give the {tcol}.",
+    ),
+    ("count", "join", "en", "actor"): (
+        "How many {t_pl} did {E1} {v_base}?",
+        "How many {t_pl} has {E1} {v_past}?",
+        "Count the {t_pl} {E1} {v_past}.",
+        "Number of {t_pl} {v_past} by {E1}?",
+    ),
+    ("agg", "join", "en", "actor"): (
+        "What is the {agg} {ncol} of the {t_pl} {E1} {v_past}?",
+        "{agg} {ncol} of the {t_pl} that {E1} {v_past}?",
+        "For the {t_pl} {E1} {v_past}, what is the {agg} {ncol}?",
+        "Give the {agg} {ncol} of {t_pl} {v_past} by {E1}.",
+    ),
+    ("list", "join", "zh", "actor"): (
+        "{E1} {v_zh}过哪些{t}？列出{tcol}。",
+        "{E1} {v_zh}了什么{t}？要{tcol}。",
+        "{E1} 都{v_zh}过哪些{t}？给出{tcol}。",
+        "查一下 {E1} {v_zh}的{t}，显示{tcol}。",
+        "{E1} {v_zh}的{t}有哪些？看{tcol}。",
+        "{E1} {v_zh}过的{t}，{tcol}是什么？",
+    ),
+    ("count", "join", "zh", "actor"): (
+        "{E1} {v_zh}了多少{t}？",
+        "{E1} 一共{v_zh}过几个{t}？",
+        "{E1} {v_zh}的{t}有多少？",
+        "统计 {E1} {v_zh}过的{t}数量。",
+    ),
+    ("agg", "join", "zh", "actor"): (
+        "{E1} {v_zh}的{t}{agg}{ncol}是多少？",
+        "{E1} {v_zh}过的{t}，{agg}{ncol}多少？",
+        "算一下 {E1} {v_zh}的{t}的{agg}{ncol}。",
+        "{E1} {v_zh}的所有{t}的{agg}{ncol}？",
+    ),
+    # ------------------------------------------------------------------ a route that is not the shortest: name the via
+    ("list", "join", "en", "via"): (
+        "Which {t_pl} belong to {via_en} {E1}? Give the {tcol}.",
+        "List the {tcol} of the {t_pl} of {via_en} {E1}.",
+        "Show the {t_pl} reached through {via_en} {E1} (their {tcol}).",
+        "What are the {t_pl} of {via_en} {E1}? I need the {tcol}.",
+    ),
+    ("count", "join", "en", "via"): (
+        "How many {t_pl} do {via_en} {E1} have?",
+        "Count the {t_pl} of {via_en} {E1}.",
+        "How many {t_pl} belong to {via_en} {E1}?",
+        "Number of {t_pl} of {via_en} {E1}?",
+    ),
+    ("agg", "join", "en", "via"): (
+        "What is the {agg} {ncol} of the {t_pl} of {via_en} {E1}?",
+        "Give the {agg} {ncol} over the {t_pl} of {via_en} {E1}.",
+        "{agg} {ncol} of the {t_pl} of {via_en} {E1}?",
+        "Compute the {agg} {ncol} for the {t_pl} of {via_en} {E1}.",
+    ),
+    ("filter", "join", "en", "via"): (
+        "Which {t_pl} of {via_en} {E1} have {E2}? Give the {tcol}.",
+        "List the {tcol} of the {t_pl} of {via_en} {E1} with {E2}.",
+        "Among the {t_pl} of {via_en} {E1}, which have {E2}? Show the {tcol}.",
+        "{t_pl} of {via_en} {E1} with {E2}: their {tcol}?",
+    ),
+    ("list", "join", "zh", "via"): (
+        "{a} {E1} {via_zh}{t}有哪些？列出{tcol}。",
+        "查询 {a} {E1} {via_zh}{t}的{tcol}。",
+        "{a} {E1} {via_zh}{t}，{tcol}是什么？",
+        "列出 {a} {E1} {via_zh}所有{t}，要{tcol}。",
+    ),
+    ("count", "join", "zh", "via"): (
+        "{a} {E1} {via_zh}{t}有多少个？",
+        "统计 {a} {E1} {via_zh}{t}数量。",
+        "{a} {E1} {via_zh}{t}一共几个？",
+        "{a} {E1} {via_zh}{t}数目是多少？",
+    ),
+    ("agg", "join", "zh", "via"): (
+        "{a} {E1} {via_zh}{t}{agg}{ncol}是多少？",
+        "计算 {a} {E1} {via_zh}{t}的{agg}{ncol}。",
+        "{a} {E1} {via_zh}所有{t}的{agg}{ncol}？",
+        "求 {a} {E1} {via_zh}{t}的{agg}{ncol}。",
+    ),
+    ("filter", "join", "zh", "via"): (
+        "{a} {E1} {via_zh}{t}中，哪些{E2}？列出{tcol}。",
+        "找出 {a} {E1} {via_zh}{E2}的{t}，显示{tcol}。",
+        "{a} {E1} {via_zh}{t}里{E2}的有哪些？要{tcol}。",
+        "列出 {a} {E1} {via_zh}{E2}的{t}的{tcol}。",
+    ),
+    # ------------------------------------------------------------------ value alone, one table
+    ("lookup", "self", "en", "value"): (
+        "What is the {tcol} of {E1}?",
+        "What's {E1}'s {tcol}?",
+        "{E1}: what is the {tcol}?",
+        "Tell me the {tcol} of {E1}.",
+        "Which {tcol} does {E1} have?",
+        "{tcol} of {E1}?",
+        "Give me {E1}'s {tcol}.",
+        "I'd like to know the {tcol} for {E1}.",
+    ),
+    ("lookup", "self", "en", "howmuch"): (
+        "How much does {E1} cost?",
+        "What does {E1} cost?",
+        "How much is {E1}?",
+        "What is the {tcol} of {E1}?",
+    ),
+    ("lookup", "self", "en", "where"): (
+        "Where is {E1}?",
+        "Where is {E1} located?",
+        "Where is {E1} based?",
+        "Which {tcol} is {E1} in?",
+    ),
+    ("lookup", "self", "en", "who"): (
+        "Who is the {tcol} of {E1}?",
+        "Who's the {tcol} at {E1}?",
+        "{E1}: who is the {tcol}?",
+        "Tell me who the {tcol} of {E1} is.",
+    ),
+    ("lookup", "self", "zh", "who"): (
+        "{E1} 的{tcol}是谁？",
+        "谁是 {E1} 的{tcol}？",
+        "{E1} 的{tcol}叫什么？",
+        "{E1}，{tcol}是哪位？",
+    ),
+    ("lookup", "self", "en", "when"): (
+        "When is the {tcol} of {E1}?",
+        "What {tcol} does {E1} have?",
+        "On what date is {E1}'s {tcol}?",
+        "When was {E1}'s {tcol}?",
+    ),
+    ("count", "self", "en", "value"): (
+        "How many {a_pl} are in {E1}?",
+        "How many {a_pl} are there in {E1}?",
+        "Count the {a_pl} in {E1}.",
+        "Number of {a_pl} from {E1}?",
+        "How many {a_pl} come from {E1}?",
+        "{E1}: how many {a_pl}?",
+    ),
+    ("agg", "self", "en", "value"): (
+        "What is the {agg} {ncol} of {a_pl} in {E1}?",
+        "{agg} {ncol} for {a_pl} in {E1}?",
+        "Give the {agg} {ncol} of the {a_pl} from {E1}.",
+        "For {E1}, what is the {agg} {ncol} of the {a_pl}?",
+    ),
+    ("filter", "self", "en", "value"): (
+        "Which {a_pl} in {E1} have {E2}? Show the {tcol}.",
+        "List the {tcol} of {a_pl} from {E1} with {E2}.",
+        "{a_pl} in {E1} with {E2}: their {tcol}?",
+        "Show the {a_pl} of {E1} that have {E2} (the {tcol}).",
+    ),
+    ("lookup", "self", "zh", "value"): (
+        "{E1} 的{tcol}是什么？",
+        "{E1} 的{tcol}是多少？",
+        "查一下 {E1} 的{tcol}。",
+        "{E1} 的{tcol}？",
+        "告诉我 {E1} 的{tcol}。",
+        "{E1} {tcol}是啥？",
+        "我想知道 {E1} 的{tcol}。",
+        "{E1}，{tcol}是哪个？",
+    ),
+    ("lookup", "self", "zh", "howmuch"): (
+        "{E1} 多少钱？",
+        "{E1} 卖多少钱？",
+        "{E1} 的价格是多少？",
+        "{E1} 的{tcol}是多少？",
+    ),
+    ("lookup", "self", "zh", "where"): (
+        "{E1} 在哪里？",
+        "{E1} 在哪个{tcol}？",
+        "{E1} 位于哪里？",
+        "{E1} 是哪里的？",
+    ),
+    ("lookup", "self", "zh", "when"): (
+        "{E1} 的{tcol}是哪天？",
+        "{E1} 的{tcol}是什么时候？",
+        "{E1} 是哪天的{tcol}？",
+        "查一下 {E1} 的{tcol}日期。",
+    ),
+    ("count", "self", "zh", "value"): (
+        "{E1} 有多少{a}？",
+        "{E1} 的{a}有几个？",
+        "来自 {E1} 的{a}有多少？",
+        "统计 {E1} 的{a}数量。",
+        "{E1} 一共几个{a}？",
+        "{E1} 有几个{a}",
+    ),
+    ("agg", "self", "zh", "value"): (
+        "{E1} 的{a}{agg}{ncol}是多少？",
+        "{E1} 的{a}，{agg}{ncol}多少？",
+        "算一下 {E1} 的{a}的{agg}{ncol}。",
+        "{E1} 所有{a}的{agg}{ncol}？",
+    ),
+    ("filter", "self", "zh", "value"): (
+        "{E1} 的{a}中哪些{E2}？列出{tcol}。",
+        "{E1} 有哪些{E2}的{a}？要{tcol}。",
+        "找出 {E1} {E2}的{a}，显示{tcol}。",
+        "{E1} 的{a}里{E2}的，{tcol}是什么？",
+    ),
+}
+
+
+TOP_FAMILY = "top"
+"""Family of superlative questions without a filter value ("Which customer has the most orders?"):
+``SELECT T.col FROM A JOIN ... T GROUP BY T.key ORDER BY COUNT(DISTINCT A.key) DESC LIMIT 1``."""
+
+_TOP_TEXTS: dict[tuple[str, str, str], tuple[str, ...]] = {
+    ("top", "join", "en"): (
+        "Which {t} has the most {a_pl}?",
+        "Which {t} has the largest number of {a_pl}?",
+        "What {t} is linked to the most {a_pl}?",
+        "Which {t} comes first by number of {a_pl}?",
+    ),
+    ("top", "join", "zh"): (
+        "哪个{t}的{a}最多？",
+        "{a}最多的{t}是哪个？",
+        "哪个{t}关联的{a}数量最多？",
+        "按{a}数量排，第一的{t}是哪个？",
+    ),
+}
+
+
 def _build(texts: dict[tuple[str, str, str], tuple[str, ...]]) -> tuple[Template, ...]:
     out = []
     for (family, scope, lang), texts_ in texts.items():
@@ -356,13 +748,24 @@ def _build(texts: dict[tuple[str, str, str], tuple[str, ...]]) -> tuple[Template
     return tuple(out)
 
 
+def _build_natural(texts: dict[tuple[str, str, str, str], tuple[str, ...]]) -> tuple[Template, ...]:
+    out = []
+    for (family, scope, lang, style), texts_ in texts.items():
+        for k, text in enumerate(texts_):
+            out.append(Template(f"{family}.{scope}.{lang}.{style}.{k}", family, scope, lang, text, style))
+    return tuple(out)
+
+
 TEMPLATES: tuple[Template, ...] = _build(_TEXTS)
-"""Every template with a filter value, grouped by (family, scope, language) in index order."""
+"""Every classic template with a filter value, grouped by (family, scope, language) in index order."""
 
-UNFILTERED_TEMPLATES: tuple[Template, ...] = _build(_UNFILTERED_TEXTS)
-"""Templates without a filter value (:data:`UNFILTERED_FAMILIES_BY_SCOPE`); same id scheme and held-out rule."""
+NATURAL_TEMPLATES: tuple[Template, ...] = _build_natural(_NATURAL_TEXTS)
+"""Templates in the styles of :data:`NATURAL_STYLES` (the entity named by its value alone)."""
 
-_BY_ID = {t.id: t for t in (*TEMPLATES, *UNFILTERED_TEMPLATES)}
+UNFILTERED_TEMPLATES: tuple[Template, ...] = _build(_UNFILTERED_TEXTS) + _build(_TOP_TEXTS)
+"""Templates without a filter value (:data:`UNFILTERED_FAMILIES_BY_SCOPE` and ``top``); same id scheme and held-out rule."""
+
+_BY_ID = {t.id: t for t in (*TEMPLATES, *NATURAL_TEMPLATES, *UNFILTERED_TEMPLATES)}
 
 
 def template(template_id: str) -> Template:
@@ -370,9 +773,10 @@ def template(template_id: str) -> Template:
     return _BY_ID[template_id]
 
 
-def templates_for(family: str, scope: str, language: str) -> tuple[Template, ...]:
-    """Templates of one (family, scope, language) group, held-out ones included."""
-    return tuple(t for t in _BY_ID.values() if (t.family, t.scope, t.language) == (family, scope, language))
+def templates_for(family: str, scope: str, language: str, style: str = "classic") -> tuple[Template, ...]:
+    """Templates of one (family, scope, language, style) group, held-out ones included."""
+    key = (family, scope, language, style)
+    return tuple(t for t in _BY_ID.values() if (t.family, t.scope, t.language, t.style) == key)
 
 
 def heldout_template_ids() -> frozenset[str]:
@@ -450,12 +854,15 @@ def _is_cryptic(name: str, description: str) -> bool:
     (True, False)
     >>> _is_cryptic("Description", "what products the category covers")
     False
+    >>> _is_cryptic("ys", "doctors"), _is_cryptic("zzys_id", "attending doctor")
+    (True, True)
     """
     desc = [w for w in re.findall(r"[a-z]+", description.lower()) if len(w) >= 4]
     tokens = humanize(name).split()
     if any(t[:4] == w[:4] for t in tokens if len(t) >= 4 for w in desc):
         return False
-    return any(not re.search(r"[aeiouy]", t) for t in tokens)
+    # a "y" alone does not make a word: pinyin initials such as ys, yf, zzys are abbreviations
+    return any(not re.search(r"[aeiou]", t) for t in tokens)
 
 
 def _short(description: str) -> str:
@@ -471,6 +878,8 @@ def table_words(table: Table, language: str) -> tuple[str, str]:
     if language == "zh" and table.zh:
         return table.zh, table.zh
     words = humanize(table.name)
+    if len(set(words.split())) < len(words.split()):  # "customer customer demo" -> "customer demo"
+        words = " ".join(dict.fromkeys(words.split()))
     if table.description and _is_cryptic(table.name, table.description):
         words = _short(table.description)
     if language == "zh":

@@ -211,7 +211,7 @@ def load_routers(
             if ckpt:
                 from router.route import Router
 
-                loaders[m] = lambda ckpt=ckpt: Router.from_pretrained(ckpt, ds.graph)
+                loaders[m] = lambda ckpt=ckpt: Router.from_pretrained(ckpt, ds.graph, values=ds.values)
     for name, predictor in (extra or {}).items():
         loaders[name] = lambda predictor=predictor: predictor
     return loaders

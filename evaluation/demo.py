@@ -31,7 +31,7 @@ class DemoConfig:
     """Options of the one-command demo."""
 
     db: str = "northwind"
-    """Sample name (northwind, chinook) or a path to a SQLite file."""
+    """Sample name (northwind, chinook, hospital, projects) or a path to a SQLite file."""
     descriptions: str | None = None
     """Optional description sidecar (JSON) for a database given by path."""
     out: str = "runs/demo"

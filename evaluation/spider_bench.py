@@ -230,11 +230,11 @@ def run(cfg: SpiderBenchConfig) -> dict[str, Any]:
 
             assert cfg.router is not None
             first = next(iter(datasets.values()))
-            base = Router.from_pretrained(cfg.router, first.graph, retarget=cfg.retarget)
+            base = Router.from_pretrained(cfg.router, first.graph, retarget=cfg.retarget, values=first.values)
             limit = base.policy.model.config.max_question_tokens
             base.policy.model.config.max_question_tokens = max(limit, cfg.max_question_tokens)
             for db, qs in by_db.items():
-                router = base.for_schema(datasets[db].graph, retarget=cfg.retarget, where=cfg.router)
+                router = base.for_schema(datasets[db].graph, retarget=cfg.retarget, where=cfg.router, values=datasets[db].values)
                 t0 = time.perf_counter()
                 preds += router.predict_paths([q.question for q in qs])
                 elapsed += time.perf_counter() - t0

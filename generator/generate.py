@@ -90,7 +90,7 @@ def route_paths(samples: Sequence[Sample], router_dir: Path | None, ds: BuiltDat
         return [s.path for s in samples]
     from router.route import Router  # imported here: only runs with a router pay for its modules
 
-    router = Router.from_pretrained(router_dir, schema=ds.graph)
+    router = Router.from_pretrained(router_dir, schema=ds.graph, values=ds.values)
     return list(router.predict_paths([s.question for s in samples]))
 
 

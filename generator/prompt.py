@@ -48,6 +48,7 @@ from data_pipeline.errors import ConfigError
 from data_pipeline.graph import JoinPath, SchemaGraph
 from data_pipeline.samples import Sample
 from data_pipeline.schema import Column, Schema, Table, quote_ident
+from data_pipeline.values import ValueMatch
 
 SAMPLE_VALUES_SHOWN = 3
 """Sample values listed per column in the routed schema."""
@@ -218,10 +219,43 @@ def system_message(with_reasoning: bool = True) -> str:
     )
 
 
-def _question_block(question: str, path: JoinPath | None, graph: SchemaGraph) -> str:
-    if path is None:
-        return f"Question: {question}"
-    return f"Route: {path}\nJoin skeleton: {graph.from_clause(path)}\nQuestion: {question}"
+MAX_VALUES_SHOWN = 3
+"""Linked values listed in a prompt at most (best first)."""
+
+
+def render_values(values: Sequence[ValueMatch], path: JoinPath | None) -> str:
+    """The values a question names, as the literals a query must use (value linking).
+
+    Only values stored in a table of ``path`` are listed (all of them without a path), at most
+    :data:`MAX_VALUES_SHOWN`, one ``Table.column = 'value'`` each; ``""`` when there are none.
+
+    >>> from data_pipeline.values import ValueMatch
+    >>> m = ValueMatch("Products", "ProductName", "Tunnbröd", 0.9, 0, 8, False)
+    >>> render_values([m], JoinPath("Products", ("Order Details", "Orders"), "Customers"))
+    "Values in the question: Products.ProductName = 'Tunnbröd'"
+    >>> render_values([m], JoinPath("Orders", (), "Orders"))
+    ''
+    """
+    on_route = [m for m in values if path is None or m.table in path.tables][:MAX_VALUES_SHOWN]
+    if not on_route:
+        return ""
+    shown = "; ".join(f"{sql_ident(m.table)}.{sql_ident(m.column)} = {_format_literal(m.value)}" for m in on_route)
+    return f"Values in the question: {shown}"
+
+
+def _format_literal(value: str) -> str:
+    return "'" + value.replace("'", "''") + "'"
+
+
+def _question_block(
+    question: str, path: JoinPath | None, graph: SchemaGraph, values: Sequence[ValueMatch] = ()
+) -> str:
+    linked = render_values(values, path)
+    lines = [] if path is None else [f"Route: {path}", f"Join skeleton: {graph.from_clause(path)}"]
+    if linked:
+        lines.append(linked)
+    lines.append(f"Question: {question}")
+    return "\n".join(lines)
 
 
 def build_prompt(
@@ -234,6 +268,7 @@ def build_prompt(
     k: int = 3,
     with_reasoning: bool = True,
     schema_detail: str = "full",
+    values: Sequence[ValueMatch] = (),
 ) -> list[Message]:
     """Chat messages asking for the SQL of ``question`` (layout in the module docstring).
 
@@ -250,6 +285,8 @@ def build_prompt(
         schema_detail: ``"full"`` (types, descriptions, sample values: the SPEC prompt) or
             ``"compact"`` (the path's tables as ``Table(col, ...)`` lines, ~8x fewer tokens on
             Northwind, for cheap CPU runs). Ignored for ``path=None``, which is always compact.
+        values: the database values the question names (:meth:`data_pipeline.values.ValueIndex.lookup`),
+            listed as the literals to use (:func:`render_values`); examples get none.
 
     Returns:
         ``[{"role": "system" | "user" | "assistant", "content": str}, ...]``: one system
@@ -276,5 +313,5 @@ def build_prompt(
         context = f"Tables on the route:\n{render_compact_schema(schema, path.tables)}"
     else:
         context = f"Tables on the route:\n{render_path_schema(schema, path, question_language(question))}"
-    messages.append({"role": "user", "content": f"{context}\n\n{_question_block(question, path, graph)}"})
+    messages.append({"role": "user", "content": f"{context}\n\n{_question_block(question, path, graph, values)}"})
     return messages

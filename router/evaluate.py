@@ -147,6 +147,8 @@ def format_table(metrics: dict[str, Any], title: str = "") -> str:
     for key, label in breakdowns:
         for name, m in metrics.get(key, {}).items():
             lines.append(row(f"{label}={name}", m))
+    if "ece" in metrics:
+        lines.append(f"expected calibration error (10 bins) of the route confidence: {metrics['ece']:.3f}")
     return "\n".join(lines)
 
 
@@ -174,8 +176,8 @@ class EvalConfig:
     """Router checkpoint folders (``router.train_sft`` / ``router.train_ppo --out``); each is scored."""
     data: Path
     """Data set folder (``python -m data_pipeline.build``) whose questions are routed."""
-    splits: tuple[str, ...] = ("test", "test_heldout")
-    """Splits scored, each on its own; ``a+b`` scores splits a and b together as one group."""
+    splits: tuple[str, ...] = ("test", "test_heldout", "human")
+    """Splits scored, each on its own; ``a+b`` scores splits a and b together as one group; human is the human-written set (when the data set has one)."""
     exclude: tuple[Path, ...] = ()
     """Data set folders whose questions are not scored: a sample of ``--data`` is dropped when one of
     theirs has the same :func:`seed_key` (e.g. the router's training data, for ``--data`` built with
@@ -211,6 +213,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, dict[str, Any]]:
 
     from data_pipeline.dataset import load_dataset
     from data_pipeline.io import write_json
+    from router.calibration import expected_calibration_error
     from router.route import Router
 
     cfg = parse(EvalConfig, argv, description=__doc__.split("\n\n")[0] if __doc__ else None)
@@ -219,20 +222,27 @@ def main(argv: Sequence[str] | None = None) -> dict[str, dict[str, Any]]:
     ds = load_dataset(cfg.data)
     seen = {seed_key(s) for d in cfg.exclude for s in load_dataset(d).samples}
     groups: dict[str, list[Sample]] = {}
+    every = ds.samples + ds.human
     for group in cfg.splits:
         names = group.split("+")
-        kept = [s for s in ds.samples if s.split in names and seed_key(s) not in seen]
-        dropped = sum(1 for s in ds.samples if s.split in names) - len(kept)
+        kept = [s for s in every if s.split in names and seed_key(s) not in seen]
+        dropped = sum(1 for s in every if s.split in names) - len(kept)
         if dropped:
             print(f"{group}: {dropped} questions dropped (in --exclude), {len(kept)} kept", file=sys.stderr)
         groups[group] = kept
     results: dict[str, dict[str, Any]] = {}
     for ckpt in cfg.router:
-        router = Router.from_pretrained(ckpt, ds.graph, retarget=cfg.retarget)
+        router = Router.from_pretrained(ckpt, ds.graph, retarget=cfg.retarget, values=ds.values)
         results[str(ckpt)] = {}
         for group, samples in groups.items():
-            predicted = router.predict_paths([s.question for s in samples]) if samples else []
+            if not samples:
+                continue
+            routes = router.route_batch([s.question for s in samples])
+            predicted = [r.path for r in routes]
             m = path_metrics(predicted, samples, ds.graph)
+            m["ece"] = expected_calibration_error(
+                torch.tensor([r.confidence for r in routes]), torch.tensor([p == s.path for p, s in zip(predicted, samples, strict=True)])
+            )
             results[str(ckpt)][group] = m
             print(format_table(m, title=f"== {ckpt}: {group} =="))
             if cfg.failures:

@@ -47,6 +47,7 @@ from data_pipeline.errors import CheckpointError, ConfigError, DataError
 from data_pipeline.graph import JoinPath, SchemaGraph
 from data_pipeline.io import atomic_directory, write_json
 from data_pipeline.schema import Table
+from data_pipeline.values import ValueIndex
 from router.backbones import DEFAULT_ENCODER, load_encoder, pool
 from router.text import LINK_FEATURES, link_features, mention_spans, table_text
 
@@ -54,7 +55,8 @@ if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 CHECKPOINT_FORMAT = "route2sql-router"
-CHECKPOINT_VERSION = 1
+CHECKPOINT_VERSION = 2
+"""2: value-linking features (``n_link_features`` 9) and ``values.json`` beside the weights."""
 WEIGHTS_FILE = "model.safetensors"
 CONFIG_FILE = "config.json"
 ENCODER_DIR = "encoder"
@@ -118,8 +120,14 @@ class RouterModelConfig:
 class PathSpace:
     """The legal paths of a schema graph as index arrays the heads score.
 
+    Args:
+        graph: the schema graph.
+        values: the database's value index (:mod:`data_pipeline.values`), or None to route on
+            table and column words alone.
+
     Attributes:
         graph: the schema graph.
+        values: the value index (or None).
         tables: the schema's tables (``T`` of them), in schema order.
         vias: ``graph.via_options`` (``V``), null first.
         paths: ``graph.legal_paths`` (``N``); a path's index is its action id.
@@ -131,8 +139,9 @@ class PathSpace:
         texts: ``table_text`` of each table.
     """
 
-    def __init__(self, graph: SchemaGraph):
+    def __init__(self, graph: SchemaGraph, values: ValueIndex | None = None):
         self.graph = graph
+        self.values = values
         self.schema = graph.schema
         self.tables: tuple[Table, ...] = graph.schema.tables
         self.table_index = {t.name: i for i, t in enumerate(self.tables)}
@@ -207,7 +216,7 @@ class PathSpace:
         mentions = None if offsets is None else torch.zeros(n, offsets.shape[1], self.n_tables)
         for b, q in enumerate(questions):
             spans = mention_spans(q, self.tables)
-            links[b] = link_features(q, self.tables, spans)
+            links[b] = link_features(q, self.tables, spans, self.values)
             if mentions is None or offsets is None:
                 continue
             start = (offsets[b, :, 0] - prefix_len).tolist()
@@ -322,6 +331,9 @@ class RouterModel(nn.Module):
         self.target_cond_via = nn.Linear(d, d, bias=False)
         self.hop_bias = nn.Parameter(torch.zeros(MAX_HOP_BIAS + 1))
         self.link = nn.ModuleDict({name: nn.Linear(config.n_link_features, 1) for name in HEADS})
+        for lin in self.link.values():  # no prior on which link decides which head: learnt from 0
+            nn.init.zeros_(lin.weight)
+            nn.init.zeros_(lin.bias)
         self.null_via_bias = nn.Parameter(torch.zeros(()))
         self.value_head = nn.Sequential(nn.Linear(h + 2, 256), nn.GELU(), nn.Linear(256, 1))
         self.train(False)
@@ -599,7 +611,9 @@ class RouterModel(nn.Module):
             raise CheckpointError(f"format is {meta.get('format')!r}, expected {CHECKPOINT_FORMAT!r}", where=cfg_file)
         if meta.get("version") != CHECKPOINT_VERSION:
             raise CheckpointError(
-                f"version {meta.get('version')} is not supported (want {CHECKPOINT_VERSION})", where=cfg_file
+                f"router checkpoint version {meta.get('version')} is not supported (want {CHECKPOINT_VERSION}); "
+                "retrain it with python -m router.train_sft",
+                where=cfg_file,
             )
         try:
             config = RouterModelConfig.from_dict(meta["model"])

@@ -45,6 +45,7 @@ from data_pipeline.errors import CheckpointError, DataError
 from data_pipeline.graph import JoinPath, SchemaGraph
 from data_pipeline.io import ensure_writable_dir, read_jsonl, write_jsonl
 from data_pipeline.schema import Schema, introspect
+from data_pipeline.values import VALUE_INDEX_FILE, ValueIndex, load_value_index
 from router.model import PathSpace, RouterModel
 from router.policy import PathDistribution, RouterPolicy
 
@@ -68,6 +69,11 @@ class RoutedPath:
             from ``python -m router.route --backend mongodb``, the same as an aggregation pipeline).
         top_k: the ``k`` most probable paths with their probabilities, best first
             (``top_k[0]`` is ``(path, prob)``).
+        confidence: the calibrated probability that ``path`` is the right route (``prob`` after
+            the checkpoint's temperature, fitted on held-out questions; :mod:`router.calibration`).
+        uncertain: ``confidence`` is below the router's threshold: look at ``top_k`` too.
+        values: the database values the question mentions (value linking), best first, as
+            ``{table, column, value, score, start, end, exact}``.
     """
 
     question: str
@@ -78,6 +84,9 @@ class RoutedPath:
     target_prob: float
     skeleton: str
     top_k: tuple[tuple[JoinPath, float], ...] = field(default=())
+    confidence: float = 1.0
+    uncertain: bool = False
+    values: tuple[dict[str, Any], ...] = field(default=())
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -89,6 +98,9 @@ class RoutedPath:
             "target_prob": self.target_prob,
             "skeleton": self.skeleton,
             "top_k": [{"path": p.to_dict(), "prob": q} for p, q in self.top_k],
+            "confidence": self.confidence,
+            "uncertain": self.uncertain,
+            "values": list(self.values),
         }
 
 
@@ -116,6 +128,10 @@ def load_schema(source: Schema | SchemaGraph | str | Path, descriptions: str | P
     return introspect(path, descriptions=descriptions)
 
 
+DEFAULT_MIN_CONFIDENCE = 0.6
+"""Routes whose calibrated confidence is below this are marked uncertain (``RoutedPath.uncertain``)."""
+
+
 class Router:
     """A trained router bound to one schema, for inference (no gradients, dropout off).
 
@@ -127,10 +143,20 @@ class Router:
         meta: the checkpoint's ``config.json`` (training options, metrics, fingerprint).
     """
 
-    def __init__(self, policy: RouterPolicy, meta: dict[str, Any] | None = None):
+    def __init__(self, policy: RouterPolicy, meta: dict[str, Any] | None = None, min_confidence: float = DEFAULT_MIN_CONFIDENCE):
         self.policy = policy.eval()
         self.meta = dict(meta or {})
+        self.min_confidence = min_confidence
         self._cache: tuple[tuple[int, ...], Any] | None = None
+
+    @property
+    def temperature(self) -> float:
+        """The temperature the checkpoint was calibrated with (1.0 when it was not)."""
+        try:
+            t = float(self.meta.get("temperature", 1.0))
+        except (TypeError, ValueError):
+            return 1.0
+        return t if t > 0 and t == t else 1.0
 
     def _candidates(self) -> Any:
         """The schema's candidate vectors, recomputed only when a weight changed in place
@@ -155,6 +181,8 @@ class Router:
         } | dict(metadata or {})
         files = dict(meta.pop("files", {}))
         files[SCHEMA_FILE] = self.schema.to_dict() | {"max_hops": self.graph.max_hops}
+        if self.policy.space.values is not None:
+            files[VALUE_INDEX_FILE] = self.policy.space.values.to_dict()
         return self.policy.model.save_pretrained(out_dir, meta | {"files": files})
 
     @classmethod
@@ -166,6 +194,7 @@ class Router:
         retarget: bool = False,
         max_hops: int | None = None,
         descriptions: str | Path | None = None,
+        values: ValueIndex | None = None,
     ) -> Router:
         """Load a checkpoint written by ``python -m router.train_sft`` (or PPO), offline.
 
@@ -177,6 +206,8 @@ class Router:
             retarget: allow ``schema`` to differ from the training schema.
             max_hops: longest legal path (default: the checkpoint's, else the data set's).
             descriptions: description sidecar for a SQLite ``schema``.
+            values: the database's value index; by default a data set folder's ``values.json``,
+                else the checkpoint's own when ``schema`` is the one it was trained on.
 
         A multi-schema checkpoint (module docstring) needs ``schema`` and accepts any of its
         recorded schemas without ``retarget``.
@@ -211,17 +242,21 @@ class Router:
             sch = load_schema(schema, descriptions)
         known = _check_binding(meta, sch, retarget, ckpt_dir)
         graph = schema if isinstance(schema, SchemaGraph) and max_hops is None else SchemaGraph(sch, max_hops=hops)
-        return cls(RouterPolicy(model, PathSpace(graph)), meta | {"retargeted": not known})
+        values = values if values is not None else _values_for(ckpt_dir, schema, sch)
+        return cls(RouterPolicy(model, PathSpace(graph, values)), meta | {"retargeted": not known})
 
-    def for_schema(self, graph: SchemaGraph, *, retarget: bool = False, where: str | Path = "router") -> Router:
+    def for_schema(
+        self, graph: SchemaGraph, *, retarget: bool = False, where: str | Path = "router", values: ValueIndex | None = None
+    ) -> Router:
         """This router's network bound to another schema graph, checked as :meth:`from_pretrained`
         checks (so one loaded multi-schema router can route on each of its schemas in turn).
+        ``values`` is that database's value index (None: no value linking).
 
         Raises:
             CheckpointError: as :meth:`from_pretrained`, naming ``where``.
         """
         known = _check_binding(self.meta, graph.schema, retarget, where)
-        return Router(RouterPolicy(self.policy.model, PathSpace(graph)), self.meta | {"retargeted": not known})
+        return Router(RouterPolicy(self.policy.model, PathSpace(graph, values)), self.meta | {"retargeted": not known})
 
     @property
     def graph(self) -> SchemaGraph:
@@ -262,8 +297,10 @@ class Router:
         results: list[RoutedPath] = []
         k = max(1, min(top_k, space.n_paths))
         qi = 0
+        values = space.values
         for dist in self.distributions(questions, batch_size):
             probs = dist.log_prob.exp()
+            calibrated = torch.softmax(dist.log_prob / self.temperature, dim=-1)
             top_p, top_i = probs.topk(k, dim=-1)
             for row in range(probs.shape[0]):
                 best = int(top_i[row, 0])
@@ -282,6 +319,9 @@ class Router:
                         top_k=tuple(
                             (space.paths[int(i)], float(p)) for p, i in zip(top_p[row], top_i[row], strict=True)
                         ),
+                        confidence=float(calibrated[row, best]),
+                        uncertain=float(calibrated[row, best]) < self.min_confidence,
+                        values=tuple(m.to_dict() for m in values.lookup(questions[qi])[:5]) if values is not None else (),
                     )
                 )
                 qi += 1
@@ -299,6 +339,21 @@ class Router:
         """Joint-decoded path per question (the :class:`router.evaluate.PathPredictor` protocol)."""
         space = self.policy.space
         return [space.paths[int(i)] for d in self.distributions(questions) for i in d.mode()]
+
+
+def _values_for(ckpt_dir: str | Path, schema: Any, sch: Schema) -> ValueIndex | None:
+    """The value index to route with: a data set folder's own, else the checkpoint's when it was
+    saved for this very schema (same fingerprint), else None."""
+    if isinstance(schema, (str, Path)) and Path(schema).is_dir():
+        values = load_value_index(schema)
+        if values is not None:
+            return values
+    snap = Path(ckpt_dir) / SCHEMA_FILE
+    try:
+        own = Schema.from_dict(json.loads(snap.read_text(encoding="utf-8"))).fingerprint() if snap.is_file() else None
+    except (OSError, ValueError, KeyError, TypeError):
+        own = None
+    return load_value_index(ckpt_dir) if own == sch.fingerprint() else None
 
 
 def _check_binding(meta: dict[str, Any], sch: Schema, retarget: bool, where: str | Path) -> bool:
@@ -371,6 +426,8 @@ class RouteConfig:
     """Longest path in joins (default: the checkpoint's)."""
     top_k: int = 3
     """Alternatives to show per question."""
+    min_confidence: float = DEFAULT_MIN_CONFIDENCE
+    """A route whose calibrated confidence is below this is marked uncertain and shown with its alternatives."""
     batch_size: int = 64
     """Questions per forward pass."""
     threads: int = 0
@@ -391,6 +448,8 @@ class RouteConfig:
             raise ConfigError("give questions or --file, not both", where="file")
         if self.top_k < 1:
             raise ConfigError(f"must be >= 1, got {self.top_k}", where="top_k")
+        if not 0.0 <= self.min_confidence <= 1.0:
+            raise ConfigError(f"must be between 0 and 1, got {self.min_confidence}", where="--min-confidence")
         if self.batch_size < 1:
             raise ConfigError(f"must be >= 1, got {self.batch_size}", where="--batch-size")
         for i, q in enumerate(self.questions, 1):
@@ -416,6 +475,13 @@ def _print_routes(routes: Sequence[RoutedPath], graph: SchemaGraph) -> None:
         for i, (p, q) in enumerate(r.top_k[1:], 2):
             table.add_row(str(i), p.anchor, p.via_key, p.target, f"{q:.3f}")
         console.print(table)
+        if r.uncertain:
+            console.print(f"[bold yellow]uncertain:[/bold yellow] confidence {r.confidence:.2f}; check the alternatives above")
+        else:
+            console.print(f"confidence {r.confidence:.2f}")
+        if r.values:
+            linked = ", ".join(f"{v['table']}.{v['column']} = {v['value']!r} ({v['score']:.2f})" for v in r.values[:3])
+            console.print(f"[bold]values:[/bold] {escape(linked)}")
         console.print(f"[bold]skeleton:[/bold] {escape(r.skeleton)}")  # a pipeline's JSON holds brackets
 
 
@@ -444,6 +510,7 @@ def main(args: Sequence[str] | None = None) -> list[RoutedPath]:
     router = Router.from_pretrained(
         cfg.router, schema_src, retarget=cfg.retarget, max_hops=cfg.max_hops, descriptions=cfg.descriptions
     )
+    router.min_confidence = cfg.min_confidence
     if cfg.file is None:
         routes = _for_backend(cfg, router, router.route_batch(list(cfg.questions), top_k=cfg.top_k, batch_size=cfg.batch_size))
         _print_routes(routes, router.graph)

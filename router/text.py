@@ -27,8 +27,12 @@ from functools import lru_cache
 import numpy as np
 
 from data_pipeline.schema import Table, humanize
+from data_pipeline.values import ValueIndex
 
-LINK_FEATURES = ("name_words", "zh_name", "pinyin_code", "column_words", "value_mention", "mention")
+LINK_FEATURES = (
+    "name_words", "zh_name", "pinyin_code", "column_words", "value_mention", "mention",
+    "name_prefix", "value_score", "value_shared",
+)  # fmt: skip
 """Names of the columns of :func:`link_features`, in order."""
 
 MAX_COLUMNS_IN_TEXT = 12
@@ -217,12 +221,21 @@ def mention_spans(question: str, tables: Sequence[Table]) -> list[list[tuple[int
     ]
 
 
-def link_features(
-    question: str, tables: Sequence[Table], mentions: list[list[tuple[int, int]]] | None = None
-) -> np.ndarray:
-    """Exact-match links from ``question`` to each table, shape ``(len(tables), len(LINK_FEATURES))``.
+def _prefixes(words_: frozenset[str], n: int = 5) -> frozenset[str]:
+    return frozenset(w[:n] for w in words_ if len(w) >= n)
 
-    ``mentions`` may pass :func:`mention_spans` already computed. Columns (all in ``[0, 1]``):
+
+def link_features(
+    question: str,
+    tables: Sequence[Table],
+    mentions: list[list[tuple[int, int]]] | None = None,
+    values: ValueIndex | None = None,
+) -> np.ndarray:
+    """Lexical and value links from ``question`` to each table, shape ``(len(tables), len(LINK_FEATURES))``.
+
+    ``mentions`` may pass :func:`mention_spans` already computed; ``values`` is the database's
+    value index (:class:`data_pipeline.values.ValueIndex`), without which the value columns are 0.
+    Columns (all in ``[0, 1]``):
 
     - ``name_words``: share of the table name's word stems found in the question;
     - ``zh_name``: 1 when the table's Chinese name occurs in the question, else the share of its
@@ -232,24 +245,37 @@ def link_features(
     - ``column_words``: 1 when all word stems of some column name occur (or a column's Chinese
       name does), else 0;
     - ``value_mention``: 1 when one of the table's sample text values occurs in the question;
-    - ``mention``: 1 when :func:`mention_spans` finds the table named (maximal match).
+    - ``mention``: 1 when :func:`mention_spans` finds the table named (maximal match);
+    - ``name_prefix``: share of the table name's words (5 letters or more) whose first five
+      letters begin a word of the question: "supplies" for Suppliers, "shipped" for Shippers;
+    - ``value_score``: the best score of a value of this table the question mentions
+      (:meth:`~data_pipeline.values.ValueIndex.table_scores`): "Tunnbröd" links Products;
+    - ``value_shared``: that score divided by the number of tables the same mention matched in
+      (a city every table has decides less than a product name only Products holds).
 
     >>> from data_pipeline.schema import Column
     >>> ts = [Table("mz_cf", (Column("kfrq", zh="开方日期"),), zh="门诊处方"),
     ...       Table("Customers", (Column("CompanyName", "TEXT", samples=("Around the Horn",)),))]
     >>> link_features("门诊处方的开方日期", ts)[0].tolist()
-    [0.0, 1.0, 1.0, 1.0, 0.0, 1.0]
+    [0.0, 1.0, 1.0, 1.0, 0.0, 1.0, 0.0, 0.0, 0.0]
     >>> link_features("What did customer around the horn buy?", ts)[1].tolist()
-    [1.0, 0.0, 0.0, 0.0, 1.0, 1.0]
+    [1.0, 0.0, 0.0, 0.0, 1.0, 1.0, 1.0, 0.0, 0.0]
+    >>> idx = ValueIndex.from_values({("Customers", "CompanyName"): ["Around the Horn"]})
+    >>> link_features("What did Around the Horn buy?", ts, values=idx)[1, 6:].tolist()
+    [0.0, 1.0, 1.0]
     """
     q_words = words(question)
+    q_prefixes = _prefixes(frozenset(_singular(w) for w in _WORD.findall(humanize_words(question))))
     q_lower = question.lower()
     q_initials = pinyin_initials(question)
     out = np.zeros((len(tables), len(LINK_FEATURES)), dtype=np.float32)
     spans = mention_spans(question, tables) if mentions is None else mentions
+    if values is not None:
+        for i, (best, shared) in enumerate(values.table_scores(question, [t.name for t in tables])):
+            out[i, 7], out[i, 8] = best, shared
     for i, table in enumerate(tables):
         out[i, 5] = 1.0 if spans[i] else 0.0
-        name_words, code, zh, col_words, col_zh, values = _table_keys(table)
+        name_words, code, zh, col_words, col_zh, sample_values = _table_keys(table)
         if name_words:
             out[i, 0] = len(name_words & q_words) / len(name_words)
         if zh:
@@ -262,6 +288,9 @@ def link_features(
             out[i, 2] = 1.0
         if any(w <= q_words for w in col_words) or any(z in question for z in col_zh):
             out[i, 3] = 1.0
-        if any(v in q_lower for v in values):
+        if any(v in q_lower for v in sample_values):
             out[i, 4] = 1.0
+        long_words = [w for w in name_words if len(w) >= 5]
+        if long_words:
+            out[i, 6] = sum(w[:5] in q_prefixes for w in long_words) / len(long_words)
     return out

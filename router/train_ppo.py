@@ -91,6 +91,7 @@ from data_pipeline.cli import parse, run_main
 from data_pipeline.dataset import load_dataset
 from data_pipeline.errors import CheckpointError, ConfigError, DataError
 from data_pipeline.io import write_json, write_jsonl
+from data_pipeline.values import VALUE_INDEX_FILE
 from rewards.router import COMPONENTS, RewardConfig
 from router.buffer import RolloutBuffer
 from router.curves import plot_ppo_curve
@@ -99,7 +100,8 @@ from router.model import PathSpace, RouterModel
 from router.policy import RouterPolicy
 from router.ppo_checkpoint import STATE_FILE, TrainerState, load_checkpoint, save_checkpoint
 from router.rollout import OBS_KEYS, env_rng_states, make_routing_envs, policy_batch, restore_envs, routing_features
-from router.train_sft import EncodedSplit, RewardTable, encode_split, lr_lambda, predict_split
+from router.calibration import fit_temperature
+from router.train_sft import EncodedSplit, RewardTable, encode_split, lr_lambda, predict_split, split_log_probs
 
 PRESETS: dict[str, dict[str, Any]] = {
     "fast": {"actor_lr": 5e-6, "critic_lr": 1e-4, "clip_range": 0.1, "total_updates": 30},
@@ -307,7 +309,7 @@ def train(cfg: PPOConfig) -> PPOResult:
     if fp is None and several and ds.schema.fingerprint() not in several:
         names = sorted(several.values())
         raise CheckpointError(f"router was trained on schemas {names}, not on {ds.schema.name!r}", where=cfg.init)
-    policy = RouterPolicy(model, PathSpace(ds.graph))
+    policy = RouterPolicy(model, PathSpace(ds.graph, ds.values))
     policy.eval()  # dropout off in rollout and update alike: ratio == 1 before the first step
     rewards_table = RewardTable(policy.space, cfg.reward)
     train_set = encode_split(policy, train_samples, rewards_table, samples_file)
@@ -511,15 +513,20 @@ def train(cfg: PPOConfig) -> PPOResult:
         "best_update": extra["best_update"],
         "kept": cfg.keep,
     }
+    # PPO moved the policy: calibrate its probabilities again on the validation questions
+    temperature = fit_temperature(split_log_probs(policy, val_set), val_set.path)
     meta = {
         "schema_fingerprint": ds.schema.fingerprint(),
         "schema_name": ds.schema.name,
         "max_hops": ds.graph.max_hops,
+        "temperature": round(temperature, 4),
         "training": cfg.to_dict() | {"phase": "ppo"},
         "metrics": {k: {p: {m: v[p][m] for m in ("n", "anchor_acc", "via_acc", "target_acc", "full_path_acc") if m in v[p]}
                         for p in ("sft", "ppo")} for k, v in metrics.items()} | {"summary": summary},  # fmt: skip
         "files": {"schema.json": ds.schema.to_dict() | {"max_hops": ds.graph.max_hops}, "eval.json": metrics | {"summary": summary}},
     }
+    if ds.values is not None:
+        meta["files"][VALUE_INDEX_FILE] = ds.values.to_dict()
     out = model.save_pretrained(cfg.out, meta)
     write_jsonl(out / "metrics.jsonl", history)
     write_json(log_dir / "eval.json", metrics | {"summary": summary})

@@ -65,6 +65,8 @@ from data_pipeline.errors import ConfigError, DataError
 from data_pipeline.graph import JoinPath, SchemaGraph
 from data_pipeline.io import write_json, write_jsonl
 from data_pipeline.samples import Sample
+from data_pipeline.values import VALUE_INDEX_FILE
+from router.calibration import expected_calibration_error, fit_temperature
 from rewards.router import RewardConfig, path_reward_components
 from router.backbones import DEFAULT_ENCODER
 from router.evaluate import format_table, path_metrics
@@ -101,6 +103,8 @@ class SFTConfig:
     """Peak learning rate of the heads (and of the value head)."""
     encoder_lr: float = 1e-4
     """Peak learning rate of the trainable encoder layers."""
+    link_lr: float = 3e-2
+    """Peak learning rate of the few weights on the lexical and value-link features (one per feature and head): they start at 0 and need to reach a few units within a few hundred steps."""
     weight_decay: float = 0.01
     """AdamW weight decay (not applied to biases and norms)."""
     warmup_ratio: float = 0.1
@@ -131,8 +135,8 @@ class SFTConfig:
     """Write TensorBoard events."""
     progress: bool = True
     """Show a progress bar."""
-    eval_splits: tuple[str, ...] = ("validation", "test", "test_heldout")
-    """Splits evaluated with the final model (those present in the data)."""
+    eval_splits: tuple[str, ...] = ("validation", "test", "test_heldout", "human")
+    """Splits evaluated with the final model (those present in the data); human-written questions are evaluated, never trained on."""
     reward: RewardConfig = field(default_factory=RewardConfig)
     """Reward whose expectation the value head learns (the one PPO will use)."""
 
@@ -140,7 +144,7 @@ class SFTConfig:
         for name in ("epochs", "batch_size", "patience"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"must be >= 1, got {getattr(self, name)}", where=name)
-        for name in ("lr", "encoder_lr"):
+        for name in ("lr", "encoder_lr", "link_lr"):
             if not getattr(self, name) > 0:
                 raise ConfigError(f"must be > 0, got {getattr(self, name)}", where=name)
         if not 0 <= self.warmup_ratio < 1:
@@ -347,6 +351,22 @@ def predict_split(policy: RouterPolicy, split: EncodedSplit, batch_size: int = 1
 
 
 @torch.no_grad()
+def split_log_probs(policy: RouterPolicy, split: EncodedSplit, batch_size: int = 128) -> torch.Tensor:
+    """Joint log-probabilities ``(n, N)`` of every legal path for each question of a cached split (eval mode)."""
+    was = policy.training
+    policy.eval()
+    try:
+        cand = policy.candidates()
+        rows = [
+            policy.distribution(split.batch(list(range(s, min(s + batch_size, len(split))))), candidates=cand).log_prob
+            for s in range(0, len(split), batch_size)
+        ]
+    finally:
+        policy.train(was)
+    return torch.cat(rows) if rows else torch.zeros(0, policy.space.n_paths)
+
+
+@torch.no_grad()
 def value_inputs(
     policy: RouterPolicy, split: EncodedSplit, rewards: torch.Tensor, batch_size: int = 128
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -449,8 +469,12 @@ def _param_groups(model: RouterModel, cfg: SFTConfig) -> list[dict[str, Any]]:
     critic = {id(p) for p in model.critic_parameters()}
     enc = {id(p) for p in model.encoder.parameters()}
     groups: dict[tuple[bool, bool], list[torch.nn.Parameter]] = {}
+    links: list[torch.nn.Parameter] = []
     for name, p in model.named_parameters():
         if not p.requires_grad or id(p) in critic:
+            continue
+        if name.startswith("link."):
+            links.append(p)
             continue
         no_decay = p.dim() < 2 or "norm" in name.lower()
         groups.setdefault((id(p) in enc, no_decay), []).append(p)
@@ -458,6 +482,8 @@ def _param_groups(model: RouterModel, cfg: SFTConfig) -> list[dict[str, Any]]:
         {"params": ps, "lr": cfg.encoder_lr if is_enc else cfg.lr, "weight_decay": 0.0 if nd else cfg.weight_decay}
         for (is_enc, nd), ps in groups.items()
     ]
+    if links:
+        out.append({"params": links, "lr": cfg.link_lr, "weight_decay": 0.0})
     out.append({"params": model.critic_parameters(), "lr": cfg.lr, "weight_decay": 0.0})
     return out
 
@@ -474,7 +500,16 @@ def build_policy(cfg: SFTConfig, ds: BuiltDataset) -> RouterPolicy:
             head_dim=cfg.head_dim,
             max_question_tokens=cfg.max_question_tokens,
         )
-    return RouterPolicy(model, PathSpace(ds.graph))
+    return RouterPolicy(model, PathSpace(ds.graph, ds.values))
+
+
+def fit_temperature_pooled(log_probs: Sequence[torch.Tensor], gold: Sequence[torch.Tensor]) -> float:
+    """One temperature for several schemas' validation questions: each ``(n_i, N_i)`` log-prob
+    matrix is scored against its ``(n_i,)`` gold paths; :func:`router.calibration.fit_temperature`
+    on their concatenation (padded with ``-inf`` to the widest ``N``)."""
+    width = max((lp.shape[1] for lp in log_probs), default=1)
+    rows = [torch.nn.functional.pad(lp, (0, width - lp.shape[1]), value=float("-inf")) for lp in log_probs]
+    return fit_temperature(torch.cat(rows), torch.cat(list(gold))) if rows else 1.0
 
 
 def data_set_folders(data: str | Path) -> list[Path]:
@@ -539,7 +574,7 @@ def _load_part(cfg: SFTConfig, folder: Path, model: RouterModel | None) -> Schem
         raise DataError("no samples in split 'train'", where=samples_file)
     if not val_samples:
         raise DataError("no samples in split 'validation' (needed for early stopping)", where=samples_file)
-    policy = build_policy(cfg, ds) if model is None else RouterPolicy(model, PathSpace(ds.graph))
+    policy = build_policy(cfg, ds) if model is None else RouterPolicy(model, PathSpace(ds.graph, ds.values))
     reward_table = RewardTable(policy.space, cfg.reward)
     train_set = encode_split(policy, train_samples, reward_table, samples_file)
     val_set = encode_split(policy, val_samples, reward_table, samples_file)
@@ -745,11 +780,15 @@ def train(cfg: SFTConfig) -> SFTResult:
         for k_, v in value_report.items():
             writer.add_scalar(k_, v, best_epoch)
         writer.close()
+    # temperature scaling (Guo et al., 2017) on the validation questions: the route stays, its probability is calibrated
+    val_lp = [split_log_probs(p.policy, p.val) for p in parts]
+    temperature = fit_temperature_pooled(val_lp, [p.val.path for p in parts])
     t_train = time.perf_counter() - t0 - t_encoded
 
     final: dict[str, Any] = {}
     for name in cfg.eval_splits:
         per_part = []
+        conf, correct = [], []
         for part in parts:
             samples = part.ds.split(name)
             if not samples:
@@ -757,20 +796,25 @@ def train(cfg: SFTConfig) -> SFTResult:
             enc = {"train": part.train, "validation": part.val}.get(name) or encode_split(
                 part.policy, samples, part.reward_table, part.samples_file
             )
-            idx_pred, _ = predict_split(part.policy, enc)
-            per_part.append(([part.policy.space.paths[i] for i in idx_pred], enc.samples, part.ds.graph))
+            lp = split_log_probs(part.policy, enc)
+            idx_pred = lp.argmax(-1)
+            conf.append(torch.softmax(lp / temperature, -1).max(-1).values)
+            correct.append(idx_pred == enc.path)
+            per_part.append(([part.policy.space.paths[i] for i in idx_pred.tolist()], enc.samples, part.ds.graph))
         if not per_part:
             continue
         if multi:
             final[name] = pooled_metrics(per_part, cfg.reward)
         else:
             final[name] = path_metrics(per_part[0][0], per_part[0][1], per_part[0][2], cfg.reward)
+        final[name]["ece"] = expected_calibration_error(torch.cat(conf), torch.cat(correct))
     for part in parts:
         part.policy.eval()
     meta = {
         "training": cfg.to_dict(),
         "best_epoch": best_epoch,
-        "metrics": {k: {m: v[m] for m in ("n", "anchor_acc", "via_acc", "target_acc", "full_path_acc") if m in v}
+        "temperature": round(temperature, 4),
+        "metrics": {k: {m: v[m] for m in ("n", "anchor_acc", "via_acc", "target_acc", "full_path_acc", "ece") if m in v}
                     for k, v in final.items()} | {"value": value_report},  # fmt: skip
         "timing_s": {
             "encode": round(t_encoded, 2),
@@ -800,6 +844,8 @@ def train(cfg: SFTConfig) -> SFTResult:
             "max_hops": ds.graph.max_hops,
         } | meta
         meta["files"] = {"schema.json": ds.schema.to_dict() | {"max_hops": ds.graph.max_hops}, "eval.json": eval_doc}
+        if ds.values is not None:
+            meta["files"][VALUE_INDEX_FILE] = ds.values.to_dict()
     out = model.save_pretrained(cfg.out, meta)
     write_jsonl(out / "metrics.jsonl", history)
     write_json(log_dir / "eval.json", eval_doc)

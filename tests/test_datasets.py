@@ -220,7 +220,7 @@ def test_datasets_reexports_the_modules_that_do_the_work() -> None:
     assert datasets.parse_django_models is django_sqlite.parse_django_models
     assert datasets.spider_schema_sqlite is spider_sqlite.spider_schema_sqlite
     assert datasets.sqlite_from_dump is sqlite_build.sqlite_from_dump
-    assert all(hasattr(datasets, name) for name in datasets.__all__) and len(datasets.__all__) == 28
+    assert all(hasattr(datasets, name) for name in datasets.__all__) and len(datasets.__all__) == 30
 
 
 def test_description_file() -> None:
@@ -238,7 +238,7 @@ def test_sidecar_covers_every_table_and_column(name: str) -> None:
     sidecar = description_file(name)
     assert sidecar is not None
     schema = introspect(load_sample(name), descriptions=sidecar)  # raises on unknown names
-    assert len(schema.tables) == {"northwind": 13, "chinook": 11}[name]
+    assert len(schema.tables) == {"northwind": 13, "chinook": 11, "hospital": 10, "projects": 9}[name]
     for t in schema.tables:
         assert t.description and t.description_zh and HAN.search(t.zh) and len(t.zh) <= 8, t.name
         for c in t.columns:

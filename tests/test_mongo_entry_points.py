@@ -52,7 +52,7 @@ def shop(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     db = make_tiny_shop(root / "shop.sqlite")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        build_dataset(BuildConfig(db=str(db), out=root / "sql", samples_per_path=3))
+        build_dataset(BuildConfig(db=str(db), out=root / "sql", samples_per_path=3, unfiltered_share=0.0))  # MongoDB builds none
     return {"root": root, "db": db, "sql": root / "sql"}
 
 

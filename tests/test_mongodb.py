@@ -91,7 +91,7 @@ def northwind_dir(northwind_sqlite: Path, tmp_path_factory: pytest.TempPathFacto
     out = tmp_path_factory.mktemp("nw")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        build_dataset(BuildConfig(db="northwind", out=out, samples_per_path=3))
+        build_dataset(BuildConfig(db="northwind", out=out, samples_per_path=3, unfiltered_share=0.0))  # MongoDB builds none
     return out
 
 

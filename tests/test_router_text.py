@@ -69,7 +69,7 @@ def test_table_text_has_every_source_of_words() -> None:
     ("question", "table", "expected"),
     [
         # English table name word, plural in the question
-        ("Which customers live in Berlin?", CUSTOMERS, {"name_words": 1.0, "value_mention": 1.0, "mention": 1.0}),
+        ("Which customers live in Berlin?", CUSTOMERS, {"name_words": 1.0, "value_mention": 1.0, "mention": 1.0, "name_prefix": 1.0}),
         # the Chinese name occurs; the column's Chinese name too
         ("客户公司名称是什么", CUSTOMERS, {"zh_name": 1.0, "column_words": 1.0, "mention": 1.0}),
         # only a sample value: Around the Horn is in CompanyName (case does not matter)
@@ -81,7 +81,9 @@ def test_table_text_has_every_source_of_words() -> None:
         # a column named by its Chinese name
         ("开方日期最早的是哪天", MZ_CF, {"column_words": 1.0}),
         # CustomerID in Orders is a key column: "customer" must not link Orders
-        ("Which orders did the customer place?", ORDERS, {"name_words": 1.0, "mention": 1.0}),
+        ("Which orders did the customer place?", ORDERS, {"name_words": 1.0, "mention": 1.0, "name_prefix": 1.0}),
+        # a verb whose first five letters begin the table's name: "supplies" for Suppliers
+        ("Who supplies Chai?", Table("Suppliers", (Column("id"),)), {"name_prefix": 1.0}),
         # half of the Chinese name's bigrams: 订单 is not in 订购
         ("订购了什么", ORDERS, {"zh_name": 0.0}),
         # nothing in common

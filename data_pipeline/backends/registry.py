@@ -58,7 +58,7 @@ from data_pipeline.errors import ConfigError, DataError
 from data_pipeline.gold import col
 from data_pipeline.graph import JoinPath, SchemaGraph
 from data_pipeline.samples import Sample
-from data_pipeline.schema import Schema, Table, introspect, quote_ident
+from data_pipeline.schema import Schema, Table, decode_text, introspect, quote_ident
 
 BACKENDS = ("sqlite", "mongodb")
 """Names accepted by :func:`load_backend` (``--backend``)."""
@@ -162,6 +162,7 @@ class SQLiteBackend:
         """A read-only connection for the data reads (opened on first use, closed by :meth:`close`)."""
         if self._conn is None:
             self._conn = connect_readonly(self.path)
+            self._conn.text_factory = decode_text  # a value that is not UTF-8 must not stop a build
         return self._conn
 
     def introspect(self) -> Schema:

@@ -1,0 +1,168 @@
+"""How people talk about the relation between two tables: agents and their verbs, events, persons.
+
+Questions people write name a relation by a verb ("Which customers *ordered* Tunnbröd?", "Who
+*supplies* Gravad lax?", "谁*负责* Wartian Herkku 的订单？"), not by the foreign key. This module
+reads a table's role off its name, description and Chinese name, with a small lexicon of the
+business words the field's schemas use:
+
+- an **agent** does something to the rows it is linked to, and has a verb
+  (suppliers supply, shippers ship, employees handle, customers order, teachers teach,
+  doctors treat);
+- an **event** is a row that records something happening between agents and items (orders,
+  invoices, visits, prescriptions, enrollments); its noun can carry the relation
+  ("the orders of Wartian Herkku");
+- a **person** table is one a question can ask for with "who" / "谁".
+
+Question generation (:mod:`data_pipeline.stages`) uses these to write the verb and question-word
+templates of :mod:`data_pipeline.templates`; a table the lexicon does not know simply gets the
+templates without a verb.
+
+>>> from data_pipeline.schema import Table, Column
+>>> s = Table("Suppliers", (Column("CompanyName"),), description="companies that supply the products", zh="供应商")
+>>> agent_verb(s, "en"), agent_verb(s, "zh"), is_person(s)
+(Verb(base='supply', past='supplied', zh='供应'), Verb(base='supply', past='supplied', zh='供应'), True)
+>>> is_event(Table("Orders", (Column("OrderID"),), zh="订单")), is_event(Table("Products", (Column("ProductID"),)))
+(True, False)
+>>> agent_verb(Table("ys", (Column("ysxm"),), description="doctors", zh="医生"), "zh").zh
+'诊治'
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+
+from data_pipeline.schema import Table, humanize
+
+
+@dataclass(frozen=True)
+class Verb:
+    """A relation verb: English base and past forms, and the Chinese verb."""
+
+    base: str
+    past: str
+    zh: str
+
+
+# (English stems that mark the table, Chinese words that mark it, its verbs: the first is the usual one)
+_AGENTS: tuple[tuple[tuple[str, ...], tuple[str, ...], tuple[Verb, ...]], ...] = (
+    (("supplier", "vendor", "manufactur"), ("供应商", "厂商", "供货"),
+     (Verb("supply", "supplied", "供应"), Verb("provide", "provided", "提供"), Verb("make", "made", "生产"))),
+    (("shipper", "carrier", "courier", "shipping compan", "logistic"), ("承运", "物流", "快递"),
+     (Verb("ship", "shipped", "承运"), Verb("deliver", "delivered", "运送"))),
+    (("customer", "client", "buyer", "purchaser"), ("客户", "顾客", "买家"),
+     (Verb("buy", "bought", "购买"), Verb("order", "ordered", "订购"), Verb("purchase", "purchased", "买"))),
+    (("employee", "staff", "salesperson", "sales rep", "agent", "clerk"), ("员工", "职员", "销售代表", "业务员"),
+     (Verb("handle", "handled", "负责"), Verb("sell", "sold", "销售"), Verb("process", "processed", "处理"))),
+    (("teacher", "instructor", "professor", "lecturer", "faculty"), ("教师", "老师", "讲师", "教授"),
+     (Verb("teach", "taught", "教"), Verb("give", "gave", "讲授"))),
+    (("advisor", "adviser", "mentor", "tutor"), ("导师",), (Verb("advise", "advised", "指导"), Verb("mentor", "mentored", "带"))),
+    (("student", "pupil", "learner"), ("学生",), (Verb("take", "took", "选修"), Verb("attend", "attended", "上"))),
+    (("doctor", "physician", "surgeon", "clinician"), ("医生", "医师", "大夫"),
+     (Verb("treat", "treated", "诊治"), Verb("see", "saw", "看诊"), Verb("prescribe", "prescribed", "开"))),
+    (("patient", "inpatient"), ("患者", "病人", "病患"), (Verb("visit", "visited", "就诊"), Verb("see", "saw", "看"))),
+    (("artist", "band", "singer", "musician", "performer"), ("艺术家", "歌手", "乐队", "艺人"),
+     (Verb("record", "recorded", "演唱"), Verb("perform", "performed", "唱"), Verb("release", "released", "发行"))),
+    (("composer", "author", "writer"), ("作曲", "作者", "作家"), (Verb("write", "wrote", "创作"), Verb("compose", "composed", "作曲"))),
+    (("contractor", "subcontractor"), ("承包商", "分包商", "施工单位"),
+     (Verb("work on", "worked on", "承接"), Verb("build", "built", "施工"))),
+    (("manager", "director", "supervisor"), ("经理", "主管"), (Verb("manage", "managed", "管理"), Verb("lead", "led", "带领"))),
+)
+"""Agent tables and their verbs, most specific first (the first match wins)."""
+
+_EVENTS: tuple[tuple[str, ...], tuple[str, ...]] = (
+    ("order", "invoice", "sale", "purchase", "payment", "transaction", "shipment", "booking", "reservation",
+     "visit", "encounter", "admission", "registration", "prescription", "enrollment", "enrolment", "registration",
+     "contract", "timesheet", "change order", "rental", "loan", "appointment", "claim", "ticket"),
+    ("订单", "发票", "销售", "采购", "付款", "交易", "发货", "预订", "就诊", "挂号", "处方", "住院", "入院",
+     "选课", "合同", "工时", "变更", "借阅", "预约", "明细"),
+)  # fmt: skip
+"""English stems and Chinese words of event tables (rows that record something happening)."""
+
+_PERSON_WORDS = (
+    ("person", "people", "member", "user", "contact", "company", "companies"),
+    ("人", "会员", "用户", "公司"),
+)
+"""Words of tables a "who" question can ask for, beyond the agents."""
+
+
+def _name(table: Table) -> str:
+    return " " + humanize(table.name).lower() + " "
+
+
+def _head(table: Table) -> str:
+    """The description's first three words: its head noun phrase ("outpatient prescriptions")."""
+    if not table.description:
+        return ""
+    return " " + " ".join(re.split(r"[,;(]", table.description)[0].lower().split()[:3]) + " "
+
+
+def _zh_head(zh: str, words: tuple[str, ...]) -> bool:
+    """A Chinese name whose head is one of ``words``: it ends with it, or with it and one more
+    character (承运商, 销售代表): 员工负责区域 is a territory, not an employee."""
+    return any(zh.endswith(w) or zh[:-1].endswith(w) and len(zh) <= len(w) + 1 for w in words)
+
+
+def _matches(table: Table, stems: tuple[str, ...], zh_words: tuple[str, ...], *, head_only: bool) -> bool | None:
+    """True/False when the name or Chinese name decides, None when only the description can.
+
+    With ``head_only`` the English name's last word must carry the stem (``customer customer
+    demo`` is no customer); otherwise any word of the name may (``order details`` is an event).
+    """
+    name = _name(table)
+    if head_only:
+        name = " " + name.split()[-1] + " " if name.strip() else name
+    if _has_stem(name, stems) or bool(table.zh) and _zh_head(table.zh, zh_words):
+        return True
+    if table.zh:
+        return False
+    return None
+
+
+def _has_stem(text: str, stems: tuple[str, ...]) -> bool:
+    return any(re.search(rf"\b{re.escape(s)}", text) for s in stems)
+
+
+def agent_verb(table: Table, language: str = "en") -> Verb | None:
+    """The usual verb of an agent table (``Suppliers`` -> supply / 供应), else None (see :func:`agent_verbs`)."""
+    verbs = agent_verbs(table)
+    return verbs[0] if verbs else None
+
+
+@lru_cache(maxsize=4096)
+def agent_verbs(table: Table) -> tuple[Verb, ...]:
+    """The verbs of an agent table, the usual one first (``Suppliers``: supply, provide, make), else ``()``.
+
+    The English name and the Chinese name decide; the description's head noun phrase only when
+    the table has neither a readable name nor a Chinese name. An event table is no agent.
+    Each verb carries both languages."""
+    if is_event(table):
+        return ()
+    for stems, zh_words, verbs in _AGENTS:
+        if _matches(table, stems, zh_words, head_only=True):
+            return verbs
+    if not table.zh:
+        head = _head(table)
+        for stems, _, verbs in _AGENTS:
+            if _has_stem(head, stems):
+                return verbs
+    return ()
+
+
+@lru_cache(maxsize=4096)
+def is_event(table: Table) -> bool:
+    """True for a table whose rows record something happening (orders, invoices, visits, 处方)."""
+    stems, zh_words = _EVENTS
+    found = _matches(table, stems, zh_words, head_only=False)
+    return found if found is not None else _has_stem(_head(table), stems)
+
+
+@lru_cache(maxsize=4096)
+def is_person(table: Table) -> bool:
+    """True for a table a question can ask for with "who" (agents, people, companies)."""
+    if agent_verb(table) is not None:
+        return True
+    stems, zh_words = _PERSON_WORDS
+    found = _matches(table, stems, zh_words, head_only=True)
+    return found if found is not None else _has_stem(_head(table), stems)

@@ -1,0 +1,157 @@
+"""Value linking (data_pipeline.values): a table of questions and the values they must (not) find,
+the index built from real databases, and hostile databases (no text, huge columns, bad bytes)."""
+
+from __future__ import annotations
+
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from data_pipeline.backends.registry import load_backend
+from data_pipeline.errors import DataError
+from data_pipeline.values import ValueIndex, ValueIndexConfig, copy_columns, load_value_index, normalize
+
+INDEX = ValueIndex.from_values(
+    {
+        ("Products", "ProductName"): ["Tunnbröd", "Mishi Kobe Niku", "Chai", "Gravad lax", "Rock Me", "Northwoods Cranberry Sauce"],
+        ("Customers", "CompanyName"): ["Around the Horn", "Wartian Herkku", "Alfreds Futterkiste", "The Big Cheese"],
+        ("Customers", "Region"): ["OR", "WA"],
+        ("Customers", "Country"): ["UK", "Germany"],
+        ("Suppliers", "Country"): ["UK", "Germany"],
+        ("hz", "hzxm"): ["张伟", "王秀英"],
+        ("mz_yp", "ypmc"): ["阿莫西林胶囊", "布洛芬缓释胶囊"],
+    }
+)
+
+# (question, expected (table, value) of the best match or None, why)
+CASES = [
+    ("Which customers ordered Tunnbröd?", ("Products", "Tunnbröd"), "the value alone names its table"),
+    ("which customers ordered tunnbrod", ("Products", "Tunnbröd"), "case and accents do not matter"),
+    ("Ｔｕｎｎｂｒöｄ 的客户", ("Products", "Tunnbröd"), "full-width letters are folded (NFKC)"),
+    ("客户 Around the Horn 买过哪些产品？", ("Customers", "Around the Horn"), "a Latin value inside a Chinese sentence"),
+    ("orders of alfreds futerkiste", ("Customers", "Alfreds Futterkiste"), "a typo in one word"),
+    ("How much does Mishi Kobe cost?", ("Products", "Mishi Kobe Niku"), "a partial name"),
+    ("张伟的处方开了哪些药？", ("hz", "张伟"), "a Chinese name inside a Chinese sentence"),
+    ("阿莫西林还有多少库存", ("mz_yp", "阿莫西林胶囊"), "a partial Chinese drug name"),
+    ("Who lives in the big cheese?", ("Customers", "The Big Cheese"), "stop words count, content words decide"),
+    ("customers in the UK", ("Customers", "UK"), "a two-letter code in its own case"),
+    ("customers in the uk", None, "a two-letter code typed lower case is a word, not the code"),
+    ("orders from OR", ("Customers", "OR"), "the region OR"),
+    ("red or white wine", None, "the word 'or' is not the region OR"),
+    ("What is the rock genre?", None, "'rock' alone does not mention the title 'Rock Me'"),
+    ("Which sauce is the best?", None, "one common word of a long value is not a mention"),
+    ("the of and", None, "stop words alone never match"),
+    ("", None, "an empty question"),
+]
+
+
+@pytest.mark.parametrize(("question", "expected", "why"), CASES, ids=[c[2] for c in CASES])
+def test_lookup_table(question: str, expected: tuple[str, str] | None, why: str) -> None:
+    matches = INDEX.lookup(question)
+    if expected is None:
+        assert matches == [], why
+    else:
+        assert (matches[0].table, matches[0].value) == expected, why
+        assert 0 < matches[0].score <= 1
+
+
+def test_span_points_at_the_mention() -> None:
+    q = "谁处理了 Wartian Herkku 的订单？"
+    m = INDEX.lookup(q)[0]
+    assert q[m.start : m.end] == "Wartian Herkku" and m.surface == "Wartian Herkku" and m.exact
+
+
+def test_shared_value_is_shared_out() -> None:
+    # "UK" is a country of customers and suppliers: best score 1 for both, shared 0.5
+    scores = INDEX.table_scores("suppliers in the UK", ["Customers", "Suppliers", "Products"])
+    assert scores == [(1.0, 0.5), (1.0, 0.5), (0.0, 0.0)]
+
+
+def test_normalize_keeps_the_map_to_the_original() -> None:
+    norm, where = normalize("Ｃafé")
+    assert norm == "cafe" and where == [0, 1, 2, 3]
+
+
+def test_round_trip(tmp_path: Path) -> None:
+    p = INDEX.save(tmp_path / "values.json")
+    again = ValueIndex.load(p)
+    assert len(again) == len(INDEX)
+    assert [m.to_dict() for m in again.lookup("who supplies Gravad lax")] == [m.to_dict() for m in INDEX.lookup("who supplies Gravad lax")]
+    assert load_value_index(tmp_path) is not None and load_value_index(tmp_path / "nowhere") is None
+
+
+def test_bad_index_file_is_named(tmp_path: Path) -> None:
+    bad = tmp_path / "values.json"
+    bad.write_text('{"format": "something else"}', encoding="utf-8")
+    with pytest.raises(DataError, match="values.json: not a value index"):
+        ValueIndex.load(bad)
+    with pytest.warns(UserWarning, match="routing without value linking"):
+        assert load_value_index(tmp_path) is None
+
+
+def test_config_is_checked() -> None:
+    with pytest.raises(ValueError, match="min_score"):
+        ValueIndexConfig(min_score=0)
+
+
+def test_built_from_northwind_skips_references_and_dates() -> None:
+    with load_backend("sqlite", "northwind") as b:
+        schema = b.introspect()
+        idx, notes = ValueIndex.build(b, schema)
+    cols = {(c.table, c.column) for c in idx.columns}
+    assert ("Products", "ProductName") in cols and ("Customers", "CompanyName") in cols
+    assert ("Orders", "CustomerID") not in cols  # a foreign key: its values belong to Customers
+    assert ("Orders", "OrderDate") not in cols  # dates are not names
+    assert ("Employees", "Notes") not in cols  # free text
+    assert notes == []
+    assert idx.lookup("Which customers ordered Tunnbröd?")[0].table == "Products"
+    assert ("Orders", "ShipName") in copy_columns(idx, schema)
+    assert ("Customers", "CompanyName") not in copy_columns(idx, schema)
+
+
+def _db(path: Path, rows: list[tuple], ddl: str) -> Path:
+    conn = sqlite3.connect(path)
+    conn.execute(ddl)
+    conn.executemany(f"INSERT INTO t VALUES ({', '.join('?' * len(rows[0]))})", rows)
+    conn.commit()
+    conn.close()
+    return path
+
+
+def test_no_text_columns_gives_an_empty_index_and_a_note(tmp_path: Path) -> None:
+    db = _db(tmp_path / "n.sqlite", [(i, i * 2.5) for i in range(5)], "CREATE TABLE t (id INTEGER PRIMARY KEY, x REAL)")
+    with load_backend("sqlite", db) as b:
+        idx, notes = ValueIndex.build(b, b.introspect())
+    assert len(idx) == 0 and idx.lookup("anything at all") == []
+    assert any("no text column" in n for n in notes)
+
+
+def test_huge_column_is_capped_and_said_so(tmp_path: Path) -> None:
+    db = _db(tmp_path / "h.sqlite", [(i, f"code{i:07d}") for i in range(1_000_000)], "CREATE TABLE t (id INTEGER PRIMARY KEY, code TEXT)")
+    t0 = time.perf_counter()
+    with load_backend("sqlite", db) as b:
+        idx, notes = ValueIndex.build(b, b.introspect(), ValueIndexConfig(max_values_per_column=5000))
+    assert time.perf_counter() - t0 < 60  # a loose bound: the build must not hang
+    assert len(idx) == 5000 and idx.columns[0].capped
+    assert any("t.code has 1000000 distinct values; indexed 5000" in n for n in notes)
+
+
+def test_non_utf8_text_is_a_note_not_a_traceback(tmp_path: Path) -> None:
+    db = tmp_path / "b.sqlite"
+    conn = sqlite3.connect(db)
+    conn.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, name TEXT)")
+    conn.execute("INSERT INTO t VALUES (1, CAST(X'C328FFFE' AS TEXT)), (2, 'Alice Martin'), (3, 'Bob Stone')")
+    conn.commit()
+    conn.close()
+    out = subprocess.run(
+        [sys.executable, "-m", "data_pipeline.build", "--db", str(db), "--out", str(tmp_path / "out"), "--samples-per-path", "3"],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert "Traceback" not in out.stderr, out.stderr[-2000:]
+    assert out.returncode in (0, 2), out.stderr[-2000:]
+    if out.returncode == 2:  # refused: one line naming the database
+        assert len(out.stderr.strip().splitlines()) == 1 and "b.sqlite" in out.stderr
