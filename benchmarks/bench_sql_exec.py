@@ -6,8 +6,8 @@ read-only connection per call), :class:`SQLiteExecutor` (one cached connection) 
 execution reward (:class:`rewards.sql_execution.ExecutionScorer`: the gate's cached verdict,
 run, soft F1 and exact match against the cached gold result), once with each query as its own
 gold ("right answers") and once against the next query's gold ("wrong answers", no fast path).
-Then batch scoring (:meth:`ExecutionScorer.score_batch`, GRPO-sized batches) in 1 and 2 worker
-processes, a batch holding one runaway query, and how long a cartesian product of the three
+Then batch scoring (:meth:`ExecutionScorer.score_batch`, batches of 64) in 1 and 2 worker
+processes, a batch of 16 holding two runaway queries (in this process, in 1 and 2 workers), and how long a cartesian product of the three
 largest tables runs past its timeout. Every rate is also given as a ratio to raw ``sqlite3``
 measured in the same run; the machine and its load average (before and after) are printed.
 
@@ -17,12 +17,14 @@ measured in the same run; the machine and its load average (before and after) ar
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sqlite3
 import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -116,30 +118,44 @@ def build_queries(db: Path, limit: int = 50) -> tuple[list[str], list[str]]:
     return queries[:limit], largest
 
 
-def rate(fn, queries: list[str], rounds: int) -> float:
-    """Executions per second of ``fn(sql)`` over ``rounds`` passes of ``queries``."""
-    t0 = time.perf_counter()
-    for _ in range(rounds):
-        for sql in queries:
-            fn(sql)
-    return rounds * len(queries) / (time.perf_counter() - t0)
-
-
 def load() -> str:
     """The 1, 5 and 15 minute load averages, as ``uptime`` prints them."""
     one, five, fifteen = os.getloadavg()
     return f"{one:.2f}, {five:.2f}, {fifteen:.2f}"
 
 
-def batch_rate(scorer: ExecutionScorer, db: Path, queries: list[str], rounds: int, size: int) -> float:
-    """Items per second of ``scorer.score_batch`` over ``rounds`` passes of ``queries`` in batches of ``size``."""
-    items = [(db, sql, sql) for sql in queries] * rounds
-    scorer.score_batch(items[:size])  # start the workers and warm their gold caches
-    t0 = time.perf_counter()
-    for i in range(0, len(items), size):
-        scores = scorer.score_batch(items[i : i + size])
-        assert all(s.f1 == 1.0 for s in scores), [s.reason for s in scores if s.f1 != 1.0][:3]
-    return len(items) / (time.perf_counter() - t0)
+def interleaved_rates(fns: dict[str, Callable[[list[str]], None]], queries: list[str], rounds: int) -> dict[str, float]:
+    """Items per second of each ``fn(queries)``, the methods taking turns every round, so a change
+    in the machine's load during the run weighs on all of them alike."""
+    spent = dict.fromkeys(fns, 0.0)
+    for _ in range(rounds):
+        for name, fn in fns.items():
+            t0 = time.perf_counter()
+            fn(queries)
+            spent[name] += time.perf_counter() - t0
+    return {name: rounds * len(queries) / s for name, s in spent.items()}
+
+
+def batches(scorer: ExecutionScorer, db: Path, size: int, cpu: list[float]) -> Callable[[list[str]], None]:
+    """``score_batch`` over the queries (each its own gold) in batches of ``size``; every score
+    checked; the CPU seconds each worker spent are added to ``cpu`` (one entry per worker)."""
+    import psutil
+
+    procs = [psutil.Process(pid) for pid in scorer.pool.pids]
+
+    def busy() -> list[float]:
+        return [sum(p.cpu_times()[:2]) for p in procs]
+
+    def run(queries: list[str]) -> None:
+        items = [(db, sql, sql) for sql in queries]
+        before = busy()
+        for i in range(0, len(items), size):
+            scores = scorer.score_batch(items[i : i + size])
+            assert all(s.f1 == 1.0 for s in scores), [s.reason for s in scores if s.f1 != 1.0][:3]
+        for k, (a, b) in enumerate(zip(before, busy(), strict=True)):
+            cpu[k] += b - a
+
+    return run
 
 
 def main() -> None:
@@ -150,51 +166,56 @@ def main() -> None:
         queries, largest = build_queries(db)
         raw = sqlite3.connect(db)
 
-        def run_raw(sql: str) -> None:
-            raw.execute(sql).fetchall()
+        def each(fn: Callable[[str], object]) -> Callable[[list[str]], None]:
+            def run(qs: list[str]) -> None:
+                for sql in qs:
+                    fn(sql)
 
-        def run_fresh(sql: str) -> None:
-            assert execute_readonly(db, sql).ok
+            return run
 
-        with SQLiteExecutor() as ex:
-
-            def run_cached(sql: str) -> None:
-                assert ex.execute(db, sql).ok
-
+        with SQLiteExecutor() as ex, contextlib.ExitStack() as stack:
             scorer = ExecutionScorer(ex)
             wrong_gold = dict(zip(queries, queries[1:] + queries[:1], strict=True))
 
-            def run_reward(sql: str) -> None:
+            def reward_right(sql: str) -> None:
                 assert scorer.score(db, sql, sql).f1 == 1.0
 
-            def run_reward_wrong(sql: str) -> None:
+            def reward_wrong(sql: str) -> None:
                 assert scorer.score(db, sql, wrong_gold[sql]).pred is not None
 
-            fns = (run_raw, run_fresh, run_cached, run_reward, run_reward_wrong)
-            for fn in fns:  # warm the page cache, sqlglot, the gate and gold caches
-                rate(fn, queries, 1)
-            rates = {
-                "raw sqlite3 (one connection)": rate(run_raw, queries, args.rounds),
-                "execute_readonly (path, new connection)": rate(run_fresh, queries, args.rounds),
-                "SQLiteExecutor (cached connection)": rate(run_cached, queries, args.rounds),
-                "execution reward, right answers (score)": rate(run_reward, queries, args.rounds),
-                "execution reward, wrong answers (score)": rate(run_reward_wrong, queries, args.rounds),
+            fns: dict[str, Callable[[list[str]], None]] = {
+                "raw sqlite3 (one connection)": each(lambda sql: raw.execute(sql).fetchall()),
+                "execute_readonly (path, new connection)": each(lambda sql: execute_readonly(db, sql)),
+                "SQLiteExecutor (cached connection)": each(lambda sql: ex.execute(db, sql)),
+                "execution reward, right answers (score)": each(reward_right),
+                "execution reward, wrong answers (score)": each(reward_wrong),
             }
-            rates["raw sqlite3 (again, after the others)"] = rate(run_raw, queries, args.rounds)
-            batch: dict[int, float] = {}
+            worker_cpu: dict[str, list[float]] = {}
             for n in args.workers:
-                with ExecutionScorer(timeout_s=5.0, workers=n) as pooled:
-                    batch[n] = batch_rate(pooled, db, queries, args.rounds, args.batch_size)
+                pooled = stack.enter_context(ExecutionScorer(timeout_s=5.0, workers=n).start(wait=True))
+                name = f"score_batch, {n} worker process{'es' if n > 1 else ''} (batch {args.batch_size})"
+                worker_cpu[name] = [0.0] * n
+                fns[name] = batches(pooled, db, args.batch_size, worker_cpu[name])
+            for fn in fns.values():  # warm the page cache, sqlglot, the gate and gold caches, the workers
+                fn(queries)
+            for cpu in worker_cpu.values():
+                cpu[:] = [0.0] * len(cpu)
+            rates = interleaved_rates(fns, queries, args.rounds)
             runaway = "SELECT count(*) FROM " + ", ".join(q(t) for t in largest)
-            slow_batch: dict[int, tuple[float, float]] = {}
+            slow_batch: dict[int, float] = {}
+            items = [(db, runaway, queries[0]), (db, runaway, queries[0])] + [(db, sql, sql) for sql in queries[:14]]
+            in_process = ExecutionScorer(ex, timeout_s=1.0)  # shares ex, closed below
+            in_process.score_batch(items[2:])  # warm
+            t0 = time.perf_counter()
+            in_process.score_batch(items)
+            slow_batch[0] = time.perf_counter() - t0
             for n in args.workers:
                 with ExecutionScorer(timeout_s=1.0, workers=n) as pooled:
-                    items = [(db, sql, sql) for sql in queries[:15]]
-                    pooled.score_batch(items)  # warm
+                    pooled.score_batch(items[2:])  # start the workers, warm their gold caches
                     t0 = time.perf_counter()
-                    scores = pooled.score_batch([(db, runaway, queries[0]), *items])
-                    slow_batch[n] = (time.perf_counter() - t0, max(s.pred.elapsed_s for s in scores[1:] if s.pred))
-                    assert scores[0].f1 == 0.0 and all(s.f1 == 1.0 for s in scores[1:])
+                    scores = pooled.score_batch(items)
+                    slow_batch[n] = time.perf_counter() - t0
+                    assert [s.f1 for s in scores[:2]] == [0.0, 0.0] and all(s.f1 == 1.0 for s in scores[2:]), [s.reason for s in scores]
             overshoot: dict[float, list[float]] = {}
             for timeout in args.timeouts:
                 for _ in range(args.repeats):
@@ -215,18 +236,20 @@ def main() -> None:
     print(f"|{'-' * 46}|{'-' * 11}|{'-' * 9}|")
     for name, r in rates.items():
         print(f"| {name:<44} | {r:>9.0f} | {r / base:>6.2f}x |")
-    for n, r in batch.items():
-        name = f"score_batch, {n} worker process{'es' if n > 1 else ''} (batch {args.batch_size})"
-        print(f"| {name:<44} | {r:>9.0f} | {r / base:>6.2f}x |")
-    if len(batch) > 1:
-        ns = sorted(batch)
-        print(f"\nworkers {ns[0]} -> {ns[-1]}: {batch[ns[-1]] / batch[ns[0]]:.2f}x the throughput")
+    pooled_rates = [r for name, r in rates.items() if name.startswith("score_batch")]
+    if len(pooled_rates) > 1:
+        print(f"\nworkers {args.workers[0]} -> {args.workers[-1]}: {pooled_rates[-1] / pooled_rates[0]:.2f}x the throughput")
+    items = args.rounds * len(queries)
+    for name, cpu in worker_cpu.items():
+        each = ", ".join(f"{c / items * 1e6:.0f}" for c in cpu)
+        print(f"{name}: worker CPU per item (us): {each}")
     print()
-    print(f"a batch of 16 with one runaway query ({runaway}, timeout 1 s):")
-    print(f"| {'workers':>7} | {'batch wall (s)':>14} | {'slowest other item (ms)':>23} |")
-    print(f"|{'-' * 9}|{'-' * 16}|{'-' * 25}|")
-    for n, (wall, other) in slow_batch.items():
-        print(f"| {n:>7} | {wall:>14.2f} | {other * 1e3:>23.2f} |")
+    print(f"a batch of 16 holding two runaway queries ({runaway}, timeout 1 s) and 14 quick ones:")
+    print(f"| {'scored in':<26} | {'batch wall (s)':>14} |")
+    print(f"|{'-' * 28}|{'-' * 16}|")
+    for n, wall in slow_batch.items():
+        where = "this process" if n == 0 else f"{n} worker process{'es' if n > 1 else ''}"
+        print(f"| {where:<26} | {wall:>14.2f} |")
     print()
     print(f"runaway query in this process: {runaway}")
     print(f"| {'timeout (s)':>11} | {'median past deadline (ms)':>26} | {'max past deadline (ms)':>23} |")

@@ -3,8 +3,10 @@
 :class:`WorkerPool` starts ``workers`` child processes (``python -m rewards.pool``, so the
 parent's ``__main__`` and its torch are never imported again) and sends them calls of
 module-level functions; each worker keeps its own read-only SQLite connections, gate verdicts
-and gold results between calls. Items are dealt out in small chunks to whichever worker is
-free, so one slow query holds up at most the rest of its chunk, never the other workers.
+and gold results between calls. Items are dealt out to whichever worker is free: one at a
+time for a batch of up to 8 per worker (a GRPO group), in shrinking chunks for bigger ones
+(:func:`chunk_size`), so a slow query holds up at most the rest of its chunk, never the other
+workers.
 
 Guarantees on top of the in-process executor's (read-only gate, authorizer, ``mode=ro``,
 timeout inside SQLite, row and byte caps), which every worker keeps:
@@ -55,12 +57,17 @@ START_TIMEOUT_S = 30.0
 MAX_CHUNK = 32
 """Most items sent to one worker at once."""
 
+SINGLE_ITEMS_PER_WORKER = 8
+"""While this many items per worker (or fewer) are left, they are sent one at a time."""
+
 FLUSH_S = 0.01
 """A worker sends its replies together, at the end of a chunk or once the oldest unsent one is this old
 (the parent learns which item runs from shared memory, so batching never makes it blame the wrong one)."""
 
 _HEADER = struct.Struct("!Q")
 _PROGRESS = struct.Struct("=qd")  # job id now running (-1: none), its time.monotonic() start
+_JOB = struct.Struct("=q")  # offset 0 of the record
+_START = struct.Struct("=d")  # offset 8
 
 
 @dataclass
@@ -105,6 +112,19 @@ def _read_exactly(fh: Any, n: int) -> bytes | None:
     return b"".join(chunks)
 
 
+def chunk_size(pending: int, workers: int) -> int:
+    """Items to send a free worker: one at a time while at most ``SINGLE_ITEMS_PER_WORKER`` per
+    worker are left (a GRPO group: two slow queries never share a worker while another one idles),
+    else a quarter of a fair share, at most :data:`MAX_CHUNK` (fewer messages for big batches).
+
+    >>> chunk_size(16, 2), chunk_size(64, 2), chunk_size(1000, 2)
+    (1, 8, 32)
+    """
+    if pending <= SINGLE_ITEMS_PER_WORKER * workers:
+        return 1
+    return max(1, min(MAX_CHUNK, math.ceil(pending / (4 * workers))))
+
+
 class _Worker:
     """One child process and the parent's view of it."""
 
@@ -128,7 +148,7 @@ class _Worker:
         os.set_blocking(self.fd, False)
         self.buffer = bytearray()
         self.inflight: deque[int] = deque()  # job ids in the order the worker runs them
-        self.sent_at = 0.0  # time.monotonic() when the chunk in flight was sent
+        self.sent_at = 0.0  # time.monotonic() when the chunk in flight was sent, or its last reply came
         self.warmed: set[Hashable] = set()
         self.dead = False
         self.ready = False  # the worker has imported its modules and said so
@@ -143,8 +163,16 @@ class _Worker:
 
     def running(self) -> tuple[int | None, float]:
         """``(job id, start)`` of the job in flight the worker is running now (from shared memory),
-        or ``(None, sent_at)`` when it has not started one of them yet."""
-        job, start = _PROGRESS.unpack_from(self.progress)
+        or ``(None, sent_at)`` when it has not started the next one yet (``sent_at`` is then when
+        the chunk was sent or its last reply arrived: the next job starts after that)."""
+        # the worker writes the start, then the id; reading the id, then the start, never pairs a
+        # new id with an older job's start (x86 and ARM keep these loads and stores in order
+        # through the shared page; the id is read again to be sure)
+        while True:
+            (job,) = _JOB.unpack_from(self.progress, 0)
+            (start,) = _START.unpack_from(self.progress, 8)
+            if _JOB.unpack_from(self.progress, 0)[0] == job:
+                break
         if job in self.inflight:
             return job, start
         return None, self.sent_at
@@ -229,6 +257,7 @@ class WorkerPool:
         self._workers: list[_Worker | None] = [None] * workers
         self.kills = 0
         """Workers killed at an item's deadline or lost, over the pool's life."""
+        self._seq = 0  # the next job id
 
     @property
     def pids(self) -> list[int]:
@@ -309,9 +338,11 @@ class WorkerPool:
         skip = skip_if or (lambda o: not o.ok)
         warm_done: dict[Hashable, Outcome] = {}
         pending: deque[int] = deque(range(n))
-        # job ids: items are 0..n-1, warm-ups are n, n+1, ... (their key in warm_of)
+        # job ids are unique over the pool's life (a worker's shared-memory record may still name a
+        # job of an earlier call): this call's items are base..base+n-1, its warm-ups come after
+        base = self._seq
+        self._seq += n
         warm_of: dict[int, Hashable] = {}
-        next_warm = n
         active = [self._worker(i) for i in range(self.n)]
         sel = selectors.DefaultSelector()
         for i, w in enumerate(active):
@@ -322,7 +353,7 @@ class WorkerPool:
                 for i, w in enumerate(active):
                     if w.inflight or not w.ready or not pending:
                         continue
-                    size = max(1, min(MAX_CHUNK, math.ceil(len(pending) / (2 * self.n))))
+                    size = chunk_size(len(pending), self.n)
                     jobs = []
                     taken = 0
                     adding: set[Hashable] = set()
@@ -333,18 +364,18 @@ class WorkerPool:
                             outcomes[j] = Outcome(skipped=warm_done[k])
                             continue
                         if k is not None and warm is not None and k not in w.warmed and k not in adding:
-                            warm_of[next_warm] = k
-                            jobs.append((next_warm, *warm(k)))
-                            next_warm += 1
+                            warm_of[self._seq] = k
+                            jobs.append((self._seq, *warm(k)))
+                            self._seq += 1
                             adding.add(k)
-                        jobs.append((j, fn, items[j]))
+                        jobs.append((base + j, fn, items[j]))
                         taken += 1
                     if not jobs:
                         continue
                     try:
                         w.send(jobs)
                     except (BrokenPipeError, OSError):
-                        pending.extendleft(reversed([job[0] for job in jobs if job[0] < n]))
+                        pending.extendleft(reversed([job[0] - base for job in jobs if job[0] not in warm_of]))
                         self._replace(i, active, sel)
                         continue
                     w.inflight.extend(job[0] for job in jobs)
@@ -365,20 +396,21 @@ class WorkerPool:
                         if job_id not in w.inflight:
                             continue  # a reply to a job not in flight: ignore
                         w.inflight.remove(job_id)
+                        w.sent_at = time.monotonic()
                         got = Outcome(value=value if ok else None, error=None if ok else value, seconds=seconds)
-                        if job_id >= n:
+                        if job_id in warm_of:
                             k = warm_of[job_id]
                             w.warmed.add(k)
                             warm_done.setdefault(k, got)
                         else:
-                            outcomes[job_id] = got
+                            outcomes[job_id - base] = got
                     if w.dead:
-                        self._lose(i, active, sel, outcomes, pending, n, warm_of, warm_done)
+                        self._lose(i, active, sel, outcomes, pending, base, warm_of, warm_done)
                 # ---- kill a worker whose current item is past its budget
                 now = time.monotonic()
                 for i, w in enumerate(active):
                     if w.inflight and now > w.running()[1] + budget_s:
-                        self._lose(i, active, sel, outcomes, pending, n, warm_of, warm_done)
+                        self._lose(i, active, sel, outcomes, pending, base, warm_of, warm_done)
                     elif not w.ready and now > w.spawned_at + START_TIMEOUT_S:
                         raise RuntimeError(f"a scoring worker did not start within {START_TIMEOUT_S:g} s")
         finally:
@@ -397,7 +429,7 @@ class WorkerPool:
         sel.register(active[i].fd, selectors.EVENT_READ, i)
 
     def _lose(self, i: int, active: list[_Worker], sel: selectors.BaseSelector, outcomes: list[Outcome | None],
-              pending: deque[int], n: int, warm_of: dict[int, Hashable], warm_done: dict[Hashable, Outcome]) -> None:  # fmt: skip
+              pending: deque[int], base: int, warm_of: dict[int, Hashable], warm_done: dict[Hashable, Outcome]) -> None:  # fmt: skip
         """Kill (or bury) worker ``i``: the job it was running is ``killed``; its other jobs in
         flight (their replies lost with it) go back to the front of the queue."""
         w = active[i]
@@ -414,11 +446,11 @@ class WorkerPool:
         self.kills += 1
         if job is not None:
             lost = Outcome(killed=True, seconds=seconds)
-            if job >= n:
+            if job in warm_of:
                 warm_done.setdefault(warm_of[job], lost)
             else:
-                outcomes[job] = lost
-        pending.extendleft(reversed([j for j in inflight if j < n and j != job]))
+                outcomes[job - base] = lost
+        pending.extendleft(reversed([j - base for j in inflight if j not in warm_of and j != job]))
         self._replace(i, active, sel)
 
     def close(self) -> None:
@@ -482,7 +514,8 @@ def _serve(memory_mb: int, progress_path: str, preload: Sequence[str]) -> None:
         since = time.perf_counter()
         for k, (job_id, fn, args) in enumerate(jobs):
             fatal = False
-            _PROGRESS.pack_into(progress, 0, job_id, time.monotonic())
+            _START.pack_into(progress, 8, time.monotonic())
+            _JOB.pack_into(progress, 0, job_id)
             t0 = time.perf_counter()
             try:
                 ok, value = True, fn(*args)
