@@ -176,3 +176,12 @@ def test_a_wal_database_being_written_is_read_normally(tmp_path):
         assert not wal_is_idle(db)
         assert ex.execute(db, "SELECT count(*) FROM t").rows == [(3,)]
         writer.close()
+
+
+def test_items_queued_behind_slow_ones_are_timed_from_their_own_start():
+    # two slow items first in one chunk: the third must be timed from when it starts, not from
+    # when the chunk was sent (a quick query was killed that way), across calls too
+    with WorkerPool(1) as pool:
+        pool.map(time.sleep, [(0.01,)] * 3, budget_s=5)
+        out = pool.map(time.sleep, [(0.5,), (0.5,)] + [(0.01,)] * 10, budget_s=0.8)
+        assert all(o.ok for o in out) and pool.kills == 0, [(o.killed, o.seconds) for o in out]
