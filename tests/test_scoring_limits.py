@@ -183,5 +183,6 @@ def test_items_queued_behind_slow_ones_are_timed_from_their_own_start():
     # when the chunk was sent (a quick query was killed that way), across calls too
     with WorkerPool(1) as pool:
         pool.map(time.sleep, [(0.01,)] * 3, budget_s=5)
+        time.sleep(1.0)  # the worker's shared-memory record now names a job that started long ago
         out = pool.map(time.sleep, [(0.5,), (0.5,)] + [(0.01,)] * 10, budget_s=0.8)
         assert all(o.ok for o in out) and pool.kills == 0, [(o.killed, o.seconds) for o in out]
