@@ -99,7 +99,8 @@ def run_smoke_test(
         reward: the run's reward config.
         generations: completions per prompt.
         max_new_tokens, temperature, top_p: the run's sampling settings.
-        scorer: the run's execution scorer (reused for its gold cache).
+        scorer: the run's execution scorer (reused for its gold cache and worker processes); one
+            is made from ``reward`` and closed at the end when None.
 
     Returns:
         A :class:`SmokeReport`; it does not raise when no reward was seen (see
@@ -110,7 +111,10 @@ def run_smoke_test(
             the gold SQL itself fails on it (the wrong database); checked before generating.
     """
     t0 = time.perf_counter()
-    scorer = scorer or reward.make_scorer()
+    if scorer is None:  # a scorer of our own: its worker processes stop with the smoke test
+        with reward.make_scorer() as own:
+            return run_smoke_test(model, tokenizer, prompts, gold_sql, db_path, reward, generations=generations,
+                                  max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p, scorer=own)  # fmt: skip
     for gold in gold_sql:  # the database first: a wrong path fails here, before any generation
         try:
             scorer.gold_result(db_path, gold)
