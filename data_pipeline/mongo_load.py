@@ -46,7 +46,7 @@ class LoadConfig:
     """Copy a SQLite database into MongoDB with its references (declared schema in _route2sql_schema)."""
 
     db: str
-    """Sample name (northwind, chinook, hospital, projects), path to a SQLite file, or a data set folder (python -m data_pipeline.build --out): its database, synthetic rows included."""
+    """Sample name (northwind, chinook, hospital, projects), path to a SQLite file, or a data set folder (python -m data_pipeline.build --out): its database, synthetic rows included. A bare sample name is the sample even when a file or folder of that name is in the working directory; write ./chinook for that one."""
     uri: str
     """MongoDB URI naming the target database, e.g. mongodb://127.0.0.1:27017/northwind."""
     descriptions: Path | None = None

@@ -31,7 +31,7 @@ class DemoConfig:
     """Options of the one-command demo."""
 
     db: str = "northwind"
-    """Sample name (northwind, chinook, hospital, projects) or a path to a SQLite file."""
+    """Sample name (northwind, chinook, hospital, projects) or a path to a SQLite file; a bare sample name is the sample even when a file or folder of that name is in the working directory (write ./chinook for that one)."""
     descriptions: str | None = None
     """Optional description sidecar (JSON) for a database given by path."""
     out: str = "runs/demo"

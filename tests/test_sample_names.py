@@ -69,3 +69,13 @@ def test_build_with_out_named_like_the_sample(crowded_cwd: Path, tmp_path_factor
     assert shadowed["name"] == "chinook" and shadowed == clean  # same database, same descriptions
     assert any(t.get("description") for t in shadowed["tables"])
     assert (crowded_cwd / "chinook" / "samples.jsonl").read_text() == (elsewhere / "samples.jsonl").read_text()
+
+
+@pytest.mark.parametrize("module", ["data_pipeline.mongo_load", "evaluation.demo"])
+def test_help_states_the_rule(module: str, capsys) -> None:
+    import importlib
+
+    with pytest.raises(SystemExit):
+        importlib.import_module(module).main(["--help"])
+    text = " ".join(capsys.readouterr().out.replace("│", " ").split())
+    assert "a bare sample name is the sample" in text.lower() and "./chinook" in text
