@@ -198,7 +198,7 @@ def sql_reward_components(
     if n != len(gold_sql):
         raise ValueError(f"{n} completions but {len(gold_sql)} gold queries")
     dbs = _per_item(db_path, n, "db_path")
-    own = not isinstance(executor, ExecutionScorer)
+    own = executor is None  # a scorer made here is closed here; a caller's executor stays open
     scorer = executor if isinstance(executor, ExecutionScorer) else cfg.make_scorer(executor, workers=0)
     texts = [completion_text(c) for c in completions]
     try:
