@@ -284,6 +284,23 @@ def _column_text(schema: Schema, table: str, column: str) -> str:
     return " ".join((humanize(c.name), c.description, c.zh))
 
 
+def _unique_column(schema: Schema, table: str, column: str) -> bool:
+    """True when no other table has a column of the same readable name or Chinese name, so the
+    column alone says which table a question asks about (``OrderDate``; not ``UnitPrice``, which
+    Products and Order Details both have)."""
+    c = schema.table(table).column(column)
+    if c.primary_key or column.lower().endswith("id"):
+        return False
+    name, zh = humanize(c.name), c.zh
+    for t in schema.tables:
+        if t.name == table:
+            continue
+        for o in t.columns:
+            if humanize(o.name) == name or (zh and o.zh == zh):
+                return False
+    return True
+
+
 def canonical_paths(paths: tuple[JoinPath, ...] | list[JoinPath]) -> frozenset[JoinPath]:
     """The route a question means when its words name no intermediate table: for each (anchor,
     target) pair the shortest legal path, ties broken by the via's table names (alphabetical).
@@ -330,6 +347,9 @@ def natural_styles(family: str, path: JoinPath, plan: Plan, ctx: StageContext, l
             out.append(("value", 1.0))
     elif named:
         out.append(("value", 1.0))
+        asked_col = plan.ask_column or plan.num_column
+        if asked_col and _unique_column(schema, path.target, asked_col):
+            out.append(("column", 1.0))
         target_verb, anchor_verb = agent_verb(t), agent_verb(a)
         if target_verb is not None and not is_event(t):
             out.append(("agent", 1.0))

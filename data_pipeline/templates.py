@@ -353,7 +353,7 @@ _UNFILTERED_TEXTS: dict[tuple[str, str, str], tuple[str, ...]] = {
 }
 
 
-NATURAL_STYLES = ("value", "agent", "agent_event", "who", "actor", "via", "howmuch", "where", "when")
+NATURAL_STYLES = ("value", "agent", "agent_event", "who", "actor", "column", "via", "howmuch", "where", "when")
 """Phrasings as people write them (issue: questions that name a value alone, relation verbs,
 question words that imply the target). ``{E1}`` is never preceded by its table's name:
 
@@ -369,6 +369,8 @@ agent_event join   as ``agent``, and the via holds an event table whose noun car
 who        both    the target is a person table with a verb: "Who supplies {E1}?", "谁承运过 {E1}？";
                    or one row's person column is asked for: "Who is the contact of {E1}?"
 actor      join    the anchor is an agent: "What products did {E1} buy?", "{E1} 购买过哪些产品？"
+column     join    the column asked for is the only one of its name in the schema: it names the
+                   target ("What is the order date for {E1}?", "{E1} 的订购数量是多少？")
 via        join    the route is not the shortest between its anchor and target: the via tables
                    are named ("the advisors of the students of {E1}")
 howmuch    self    the asked-for column is a price or amount: "How much does {E1} cost?"
@@ -558,6 +560,35 @@ _NATURAL_TEXTS: dict[tuple[str, str, str, str], tuple[str, ...]] = {
         "{E1} {v_zh}过的{t}，{agg}{ncol}多少？",
         "算一下 {E1} {v_zh}的{t}的{agg}{ncol}。",
         "{E1} {v_zh}的所有{t}的{agg}{ncol}？",
+    ),
+    # ------------------------------------------------------------------ the target named by its column alone
+    ("list", "join", "en", "column"): (
+        "What is the {tcol} for {E1}?",
+        "{tcol} of {E1}?",
+        "Show the {tcol} for {E1}.",
+        "Give me every {tcol} for {E1}.",
+        "List the {tcol} values for {E1}.",
+        "What {tcol} goes with {E1}?",
+    ),
+    ("agg", "join", "en", "column"): (
+        "What is the {agg} {ncol} for {E1}?",
+        "{agg} {ncol} of {E1}?",
+        "Give me the {agg} {ncol} for {E1}.",
+        "For {E1}, what is the {agg} {ncol}?",
+    ),
+    ("list", "join", "zh", "column"): (
+        "{E1} 的{tcol}是什么？",
+        "{E1} 的{tcol}有哪些？",
+        "查一下 {E1} 的{tcol}。",
+        "{E1} 对应的{tcol}？",
+        "{E1} 都有哪些{tcol}？",
+        "给出 {E1} 的{tcol}。",
+    ),
+    ("agg", "join", "zh", "column"): (
+        "{E1} 的{agg}{ncol}是多少？",
+        "{E1} {agg}{ncol}多少？",
+        "算一下 {E1} 的{agg}{ncol}。",
+        "{E1} 的{ncol}{agg}是多少？",
     ),
     # ------------------------------------------------------------------ a route that is not the shortest: name the via
     ("list", "join", "en", "via"): (

@@ -100,10 +100,10 @@ def test_every_path_gets_its_samples_and_three_seeds(tiny_built):
 
 def names_target(s) -> bool:
     """Whether a question's words name its target table: all do but those that imply it by a
-    question word (who, where, how much, when) or by the value itself (a one-table lookup of a
-    named value: "What is the price of Chai?")."""
+    question word (who, where, how much, when), by a column only it has ("the order date for
+    Chai"), or by the value itself (a one-table lookup of a named value: "What is the price of Chai?")."""
     style = s.meta.get("style", "classic")
-    if style in ("who", "where", "howmuch", "when"):
+    if style in ("who", "where", "howmuch", "when", "column"):  # a question word or the column names it
         return False
     return not (style == "value" and s.path.hops == 0 and s.template_id.startswith("lookup"))
 
