@@ -49,7 +49,7 @@ from data_pipeline.errors import ConfigError, Route2SQLError
 from data_pipeline.graph import JoinPath, SchemaGraph
 from data_pipeline.io import ensure_writable_dir
 from data_pipeline.samples import SPLITS, Sample
-from generator.prompt import check_schema_detail
+from generator.prompt import PromptSettings, check_schema_detail
 from router.evaluate import PathPredictor, path_metrics
 
 ROUTING_METHODS = ("retrieval", "sft", "ppo")
@@ -80,6 +80,8 @@ class ABConfig:
     """Routing methods to run; those without a checkpoint are skipped with a note."""
     generator: str | None = "SmolLM2-135M-Instruct"
     """Generator: a model name, a causal-LM directory or a trained generator folder; empty skips generation."""
+    generators: tuple[str, ...] = ()
+    """Several generators side by side as NAME=MODEL_OR_FOLDER (e.g. base=SmolLM2-135M-Instruct sft=runs/gen_sft); replaces --generator; results are NAME/condition."""
     conditions: tuple[str, ...] = CONDITIONS
     """Generation conditions to run."""
     max_samples: int = 0
@@ -94,6 +96,12 @@ class ABConfig:
     """Retrieved example queries in each prompt; default: what a trained --generator folder was trained with, else 3."""
     schema_detail: Literal["full", "compact"] | None = None
     """Routed schema in each prompt, full or compact (~3x fewer tokens); default: the trained --generator's setting, else full."""
+    value_linking: bool | None = None
+    """List the values each question names as literals in the prompt; default: what a trained generator was trained with, else no."""
+    constrained: bool = False
+    """Route-constrained decoding: once a query writes FROM, its FROM ... JOIN clause is the path's (no_path is never constrained)."""
+    samples: int = 1
+    """Candidate queries per question; above 1, N-1 more are sampled (temperature 0.7) and the answer is voted by result (self-consistency)."""
     timeout_s: float = 5.0
     """Seconds each query may run."""
     seed: int = 0
@@ -116,6 +124,12 @@ class ABConfig:
             raise ConfigError(f"must be >= 1, got {self.batch_size}", where="--batch-size")
         if self.max_new_tokens < 1:
             raise ConfigError(f"must be >= 1, got {self.max_new_tokens}", where="--max-new-tokens")
+        if self.samples < 1:
+            raise ConfigError(f"must be >= 1, got {self.samples}", where="--samples")
+        for g in self.generators:
+            name, sep, path = g.partition("=")
+            if not sep or not name or not path or "/" in name:
+                raise ConfigError(f"expected NAME=MODEL_OR_FOLDER, got {g!r}", where="--generators")
         if self.k_examples is not None and self.k_examples < 0:
             raise ConfigError(f"must be >= 0, got {self.k_examples}", where="--k-examples")
         check_schema_detail(self.schema_detail)
@@ -128,7 +142,13 @@ class ABConfig:
     @property
     def generates(self) -> bool:
         """Whether SQL generation runs (a generator and at least one condition)."""
-        return bool(self.generator and self.conditions)
+        return bool((self.generator or self.generators) and self.conditions)
+
+    def generator_list(self) -> list[tuple[str, str]]:
+        """``(name, model or folder)`` of each generator to run; one unnamed ("") for --generator."""
+        if self.generators:
+            return [(g.partition("=")[0], g.partition("=")[2]) for g in self.generators]
+        return [("", self.generator)] if self.generator else []
 
 
 NO_GENERATION_ON_MONGODB = (
@@ -278,78 +298,91 @@ def execution_metrics(rows: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-@dataclass(frozen=True)
-class PromptSettings:
-    """How the generator's prompts are built in the A/B (see :func:`generator.prompt.build_prompt`)."""
-
-    k_examples: int
-    with_reasoning: bool
-    schema_detail: str
-
-
-def prompt_settings(cfg: ABConfig) -> PromptSettings:
-    """The prompt settings of ``cfg``: each option given on the command line, else what the
-    trained ``--generator`` folder records it was trained with (a generator trained on compact
-    k=0 prompts is evaluated on compact k=0 prompts), else the base-model defaults (3 examples,
-    reasoning, full schema).
+def prompt_settings(cfg: ABConfig, generator: str | None = None) -> PromptSettings:
+    """The prompt settings for ``generator`` (default: ``cfg.generator``): each option given on the
+    command line, else what the trained generator folder records it was trained with (a
+    generator trained on compact k=0 prompts is evaluated on compact k=0 prompts), else the
+    base-model defaults (3 examples, reasoning, full schema, no value linking).
 
     Raises:
-        ConfigError: ``--generator`` names a folder whose ``route2sql_generator.json`` is unreadable.
+        ConfigError: the generator names a folder whose ``route2sql_generator.json`` is unreadable.
     """
     from generator.generate import GENERATOR_META, trained_prompt
 
-    recorded: dict[str, Any] = {}
-    if cfg.generator and (Path(cfg.generator) / GENERATOR_META).is_file():
+    generator = cfg.generator if generator is None else generator
+    recorded: dict[str, Any] = {"k_examples": 3}
+    if generator and (Path(generator) / GENERATOR_META).is_file():
         try:
-            recorded = trained_prompt(cfg.generator)
+            recorded = {"k_examples": 3} | trained_prompt(generator)
         except Route2SQLError as exc:
             raise ConfigError(exc.message, where="--generator") from exc
-    return PromptSettings(
-        k_examples=cfg.k_examples if cfg.k_examples is not None else int(recorded.get("k_examples", 3)),
-        with_reasoning=bool(recorded.get("with_reasoning", True)),
-        schema_detail=cfg.schema_detail or str(recorded.get("schema_detail", "full")),
-    )
+    return PromptSettings.from_recorded(recorded, k_examples=cfg.k_examples, schema_detail=cfg.schema_detail,
+                                        value_linking=cfg.value_linking)  # fmt: skip
 
 
 def run_generation(
     cfg: ABConfig, ds: BuiltDataset, samples: list[Sample], paths_by_condition: dict[str, list[JoinPath | None]],
-    ps: PromptSettings,
+    ps: PromptSettings, generator: str | None = None,
 ) -> tuple[dict[str, Any], dict[str, list[dict[str, Any]]]]:
-    """Generate, execute and score SQL for every condition, prompting as ``ps`` says; returns
-    (metrics, per-sample rows) by condition."""
+    """Generate, execute and score SQL for every condition with ``generator`` (default
+    ``cfg.generator``), prompting as ``ps`` says; returns (metrics, per-sample rows) by condition.
+
+    With ``cfg.constrained`` a routed or gold path's ``FROM ... JOIN`` clause is forced
+    (:mod:`generator.constrained`); with ``cfg.samples > 1`` each question gets ``samples - 1``
+    sampled queries beside the greedy one and the answer is voted by result (:mod:`generator.consistency`).
+    """
     import torch
 
+    from data_pipeline.backends.sqlite import SQLiteExecutor
+    from generator.consistency import vote
     from generator.generate import GENERATOR_META, generate_answers, load_policy, prompt_token_ids, sample_messages
     from generator.models import ModelConfig
-    from generator.parsing import parse_answer
     from generator.retrieval import ExampleRetriever
+    from rewards.answer import parse_answer
     from rewards.sql_execution import ExecutionScorer
 
     torch.manual_seed(cfg.seed)
-    assert cfg.generator  # checked by the caller
-    is_trained = (Path(cfg.generator) / GENERATOR_META).is_file()
+    generator = cfg.generator if generator is None else generator
+    assert generator  # checked by the caller
+    is_trained = (Path(generator) / GENERATOR_META).is_file()
     try:  # the model options are this command's --generator, not the generator commands' --model
-        model_cfg = ModelConfig(model=cfg.generator if not is_trained else ModelConfig().model, use_lora=False)
-        model, tokenizer, _ = load_policy(model_cfg, cfg.generator if is_trained else None)
+        model_cfg = ModelConfig(model=generator if not is_trained else ModelConfig().model, use_lora=False)
+        model, tokenizer, _ = load_policy(model_cfg, generator if is_trained else None)
     except ConfigError as exc:
         raise ConfigError(exc.message, where="--generator") from exc
     retriever = ExampleRetriever(ds.split("train")) if ps.k_examples > 0 else None
     scorer = ExecutionScorer(timeout_s=cfg.timeout_s)
+    executor = SQLiteExecutor(timeout_s=cfg.timeout_s)
     metrics: dict[str, Any] = {}
     rows_by_condition: dict[str, list[dict[str, Any]]] = {}
     for condition, paths in paths_by_condition.items():
         prompts = [
             prompt_token_ids(tokenizer, sample_messages(s, ds, retriever, path=p, k=ps.k_examples,
-                                                        with_reasoning=ps.with_reasoning, schema_detail=ps.schema_detail))
+                                                        with_reasoning=ps.with_reasoning, schema_detail=ps.schema_detail,
+                                                        value_linking=ps.value_linking))
             for s, p in zip(samples, paths, strict=True)
         ]
+        clauses = [ds.graph.from_clause(p) if cfg.constrained and p is not None else None for p in paths]
         t0 = time.perf_counter()
         answers = generate_answers(model, tokenizer, prompts, max_new_tokens=cfg.max_new_tokens,
-                                   batch_size=cfg.batch_size, progress=cfg.progress)  # fmt: skip
+                                   batch_size=cfg.batch_size, progress=cfg.progress, join_clauses=clauses)  # fmt: skip
+        candidates = [[a] for a in answers]
+        if cfg.samples > 1:
+            extra = generate_answers(model, tokenizer, [p for p in prompts for _ in range(cfg.samples - 1)],
+                                     max_new_tokens=cfg.max_new_tokens, batch_size=cfg.batch_size, temperature=0.7,
+                                     join_clauses=[c for c in clauses for _ in range(cfg.samples - 1)])  # fmt: skip
+            for i in range(len(prompts)):
+                candidates[i] += extra[i * (cfg.samples - 1) : (i + 1) * (cfg.samples - 1)]
         gen_ms = 1000 * (time.perf_counter() - t0) / max(1, len(samples))
         rows = []
-        for s, p, a in zip(samples, paths, answers, strict=True):
-            parsed = parse_answer(a)
+        for s, p, cands in zip(samples, paths, candidates, strict=True):
+            sqls = [parse_answer(a, require_reasoning=ps.with_reasoning).sql for a in cands]
+            pick = 0
+            if len(sqls) > 1:
+                ran = [(k, executor.execute(ds.db_path, q)) for k, q in enumerate(sqls) if q]
+                won = vote([r for _, r in ran])
+                pick = ran[won][0] if won is not None else 0
+            parsed = parse_answer(cands[pick], require_reasoning=ps.with_reasoning)
             t1 = time.perf_counter()
             score = scorer.score(ds.db_path, parsed.sql, s.sql)
             exec_ms = 1000 * (time.perf_counter() - t1)
@@ -364,6 +397,7 @@ def run_generation(
             })  # fmt: skip
         metrics[condition] = execution_metrics(rows)
         rows_by_condition[condition] = rows
+    executor.close()
     return metrics, rows_by_condition
 
 
@@ -415,9 +449,15 @@ def evaluate(cfg: ABConfig, extra_methods: dict[str, PathPredictor] | None = Non
                 results["generation_routed_by"] = best
             else:
                 results["notes"].append("condition 'routed' skipped: no routing method ran")
-        ps = prompt_settings(cfg)
-        results["generation_prompt"] = asdict(ps)
-        results["generation"], gen_rows = run_generation(cfg, ds, gen_samples, paths, ps)
+        results["generation_prompt"] = {}
+        for name, generator in cfg.generator_list():
+            ps = prompt_settings(cfg, generator)
+            metrics, rows = run_generation(cfg, ds, gen_samples, paths, ps, generator)
+            prefix = f"{name}/" if name else ""
+            results["generation_prompt"][name or "generator"] = ps.to_dict()
+            results["generation"] |= {prefix + c: m for c, m in metrics.items()}
+            gen_rows |= {prefix + c: [r | {"condition": prefix + c} for r in rs] for c, rs in rows.items()}
+        results["generation_options"] = {"constrained": cfg.constrained, "samples": cfg.samples}
         results["dataset"]["n_generation"] = len(gen_samples)
     write_report(out, results, samples, predictions, gen_rows)
     return results

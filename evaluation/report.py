@@ -156,7 +156,7 @@ def write_report(
     ds = results["dataset"]
     parts = [f"# A/B evaluation: {ds['name']}, split `{ds['split']}`", "",
              f"{ds['n']} questions routed; {ds.get('n_generation', 0)} sent to the generator "
-             f"`{results['config'].get('generator') or '-'}`.", ""]  # fmt: skip
+             f"`{', '.join(results['config'].get('generators') or []) or results['config'].get('generator') or '-'}`.", ""]  # fmt: skip
     if results["routing"]:
         parts += ["## Routing", "", routing_table(results), "", "### Full-path accuracy by hop count", "",
                   routing_by_hops_table(results), "", "### Full-path accuracy by language", "",
@@ -178,9 +178,23 @@ def write_report(
 
 
 def prompt_line(results: dict[str, Any]) -> str:
-    """How the generator's prompts were built, e.g. ``3 retrieved examples, full schema, with reasoning``."""
-    p = results.get("generation_prompt")
-    if not p:
+    """How the generators' prompts were built, e.g. ``3 retrieved examples, full schema, with reasoning``
+    (one clause per generator when several ran) and the decoding options."""
+    prompts = results.get("generation_prompt")
+    if not prompts:
         return "-"
-    return (f"{p['k_examples']} retrieved examples, {p['schema_detail']} schema, "
-            f"{'with' if p['with_reasoning'] else 'without'} reasoning")  # fmt: skip
+    if "k_examples" in prompts:  # a single generator's settings (older results)
+        prompts = {"generator": prompts}
+
+    def one(p: dict[str, Any]) -> str:
+        return (f"{p['k_examples']} retrieved examples, {p['schema_detail']} schema, "
+                f"{'with' if p['with_reasoning'] else 'without'} reasoning"
+                + (", linked values" if p.get("value_linking") else ""))  # fmt: skip
+
+    text = "; ".join(f"{name}: {one(p)}" if len(prompts) > 1 else one(p) for name, p in prompts.items())
+    opts = results.get("generation_options") or {}
+    if opts.get("constrained"):
+        text += "; joins forced to the path (route-constrained decoding)"
+    if opts.get("samples", 1) > 1:
+        text += f"; self-consistency over {opts['samples']} queries"
+    return text

@@ -62,6 +62,8 @@ class GeneratorSFTConfig:
     """Train the <reasoning>...</reasoning><answer>...</answer> format (False: <answer> only)."""
     schema_detail: Literal["full", "compact"] = "full"
     """Routed tables with types, descriptions and sample values (full), or as Table(col, ...) lines (compact, ~3x fewer tokens)."""
+    value_linking: bool = True
+    """List the database values each question names (the data set's value index) as the literals to use."""
     max_prompt_tokens: int = 2048
     """Samples whose prompt + answer is longer are skipped (and counted)."""
 
@@ -134,6 +136,8 @@ class GRPOConfig:
     """Ask for <reasoning> before <answer>."""
     schema_detail: Literal["full", "compact"] = "full"
     """Routed tables with types, descriptions and sample values (full), or as Table(col, ...) lines (compact, ~3x fewer tokens)."""
+    value_linking: bool = True
+    """List the database values each question names (the data set's value index) as the literals to use."""
     max_prompt_tokens: int = 2048
     """Training samples whose prompt is longer are left out (and counted)."""
 
@@ -318,6 +322,8 @@ class GenerateConfig:
     """Ask for <reasoning> before <answer>."""
     schema_detail: Literal["full", "compact"] | None = None
     """full or compact routed schema (see train_sft --help); default: what --generator was trained with, else full."""
+    value_linking: bool | None = None
+    """List the values each question names as literals; default: what --generator was trained with, else no."""
     max_prompt_tokens: int = 4096
     """Prompts longer than this are cut from the left (the question stays)."""
     max_new_tokens: int = 192

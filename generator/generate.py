@@ -69,13 +69,16 @@ def sample_messages(
     k: int,
     with_reasoning: bool = True,
     schema_detail: str = "full",
+    value_linking: bool = False,
 ) -> list[Message]:
     """The prompt of one sample: its question, ``path`` (routed, gold or None) and ``k`` retrieved
     examples from the training split (never the sample itself); ``schema_detail`` as in
-    :func:`generator.prompt.build_prompt`."""
+    :func:`generator.prompt.build_prompt`; with ``value_linking`` the values the data set's value
+    index finds in the question are listed as the literals to use."""
     examples = retriever.for_sample(sample, k) if retriever is not None and k > 0 else []
+    values = ds.values.lookup(sample.question) if value_linking and ds.values is not None else []
     return build_prompt(sample.question, path, ds.schema, ds.graph, examples, k=k, with_reasoning=with_reasoning,
-                        schema_detail=schema_detail)  # fmt: skip
+                        schema_detail=schema_detail, values=values)  # fmt: skip
 
 
 def route_paths(samples: Sequence[Sample], router_dir: Path | None, ds: BuiltDataset) -> list[JoinPath]:
@@ -437,6 +440,7 @@ def generate_answers(
     batch_size: int = 4,
     temperature: float = 0.0,
     progress: bool = False,
+    join_clauses: Sequence[str | None] | None = None,
 ) -> list[str]:
     """Answer many prompts, ``batch_size`` at a time, grouped by length (left padding).
 
@@ -446,6 +450,9 @@ def generate_answers(
         batch_size: prompts per ``generate`` call.
         temperature: 0 for greedy decoding, else sampling.
         progress: show a tqdm bar.
+        join_clauses: per prompt, the routed path's ``FROM ... JOIN`` clause to force once the
+            answer writes ``FROM`` (:class:`generator.constrained.JoinSkeletonProcessor`), or None
+            (for one prompt or for all) to decode freely.
 
     Returns:
         One decoded answer per prompt, in the input order.
@@ -469,6 +476,13 @@ def generate_answers(
             kwargs: dict[str, Any] = {"do_sample": False}
             if temperature > 0:
                 kwargs = {"do_sample": True, "temperature": temperature, "top_k": 0}
+            if join_clauses is not None and any(join_clauses[i] for i in batch):
+                from transformers import LogitsProcessorList
+
+                from generator.constrained import JoinSkeletonProcessor
+
+                proc = JoinSkeletonProcessor(tokenizer, [join_clauses[i] for i in batch], prompt_width=width)
+                kwargs["logits_processor"] = LogitsProcessorList([proc])
             device = model_device(model)
             out = model.generate(input_ids=ids.to(device), attention_mask=attn.to(device), max_new_tokens=max_new_tokens, pad_token_id=pad,
                                  **kwargs)  # fmt: skip
@@ -502,12 +516,14 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         raise ConfigError(f"split {cfg.split!r} of {cfg.data} has no samples", where="--split")
     model, tokenizer, _ = load_policy(cfg.model, cfg.generator)
     detail = cfg.schema_detail or trained_prompt(cfg.generator).get("schema_detail", "full")
+    linking = cfg.value_linking if cfg.value_linking is not None else bool(trained_prompt(cfg.generator).get("value_linking", False))
     retriever = ExampleRetriever(ds.split("train")) if cfg.k_examples > 0 else None
     paths: list[JoinPath | None] = [None] * len(samples) if cfg.no_path else list(route_paths(samples, cfg.router, ds))
     prompts = []
     for s, p in zip(samples, paths, strict=True):
         ids = prompt_token_ids(tokenizer, sample_messages(s, ds, retriever, path=p, k=cfg.k_examples,
-                                                          with_reasoning=cfg.with_reasoning, schema_detail=detail))  # fmt: skip
+                                                          with_reasoning=cfg.with_reasoning, schema_detail=detail,
+                                                          value_linking=linking))  # fmt: skip
         prompts.append(ids[-cfg.max_prompt_tokens :])
     t0 = time.perf_counter()
     answers = generate_answers(model, tokenizer, prompts, max_new_tokens=cfg.max_new_tokens,

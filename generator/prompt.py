@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from data_pipeline.errors import ConfigError
@@ -217,6 +218,42 @@ def system_message(with_reasoning: bool = True) -> str:
         "You are an expert data analyst. Write one SQLite SELECT query that answers the question, "
         "using only the tables and columns given. Reply in exactly this format and nothing else:\n" + fmt
     )
+
+
+@dataclass(frozen=True)
+class PromptSettings:
+    """How a generator's prompts are built (one contract for training, evaluation and ``generator.ask``).
+
+    A trained generator folder records the settings it was trained with (its meta's ``prompt``);
+    :meth:`from_recorded` reads them back so a model is always asked the way it was taught.
+    """
+
+    k_examples: int = 0
+    """Retrieved example queries shown before the question."""
+    with_reasoning: bool = True
+    """Ask for <reasoning> before <answer> (False: the answer alone, shorter and cheaper)."""
+    schema_detail: str = "full"
+    """Routed tables in full (types, descriptions, sample values) or compact (names only)."""
+    value_linking: bool = False
+    """List the database values the question names as the literals to use (value linking)."""
+
+    def __post_init__(self) -> None:
+        if self.k_examples < 0:
+            raise ConfigError(f"must be >= 0, got {self.k_examples}", where="--k-examples")
+        check_schema_detail(self.schema_detail)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_recorded(cls, recorded: dict[str, Any], **overrides: Any) -> PromptSettings:
+        """Settings from a generator folder's recorded ``prompt`` dict; ``overrides`` that are not
+        None win; a key the folder does not record takes the dataclass default (older folders
+        predate value linking, so it stays off for them)."""
+        known = {f.name for f in fields(cls)}
+        values = {k: v for k, v in recorded.items() if k in known}
+        values |= {k: v for k, v in overrides.items() if v is not None and k in known}
+        return cls(**values)
 
 
 MAX_VALUES_SHOWN = 3

@@ -103,6 +103,7 @@ def build_prompts(
     with_reasoning: bool,
     max_tokens: int,
     schema_detail: str = "full",
+    value_linking: bool = False,
 ) -> tuple[list[Prompt], int]:
     """Tokenised prompts of ``samples`` (examples retrieved from the training split, never the
     sample itself); prompts over ``max_tokens`` are left out.
@@ -114,7 +115,7 @@ def build_prompts(
     out, skipped = [], 0
     for s, p in zip(samples, paths, strict=True):
         ids = prompt_token_ids(tokenizer, sample_messages(s, ds, retriever, path=p, k=k, with_reasoning=with_reasoning,
-                                                          schema_detail=schema_detail))  # fmt: skip
+                                                          schema_detail=schema_detail, value_linking=value_linking))  # fmt: skip
         if len(ids) > max_tokens:
             skipped += 1
             continue
@@ -619,7 +620,7 @@ def train(cfg: GRPOConfig) -> GRPOResult:
         ref_model = make_reference_model(model_cfg).to(accelerator.device)
     prompts, too_long = build_prompts(ds, train, route_paths(train, cfg.router, ds), tokenizer, k=cfg.k_examples,
                                       with_reasoning=cfg.with_reasoning, max_tokens=cfg.max_prompt_tokens,
-                                      schema_detail=cfg.schema_detail)  # fmt: skip
+                                      schema_detail=cfg.schema_detail, value_linking=cfg.value_linking)  # fmt: skip
     if not prompts:
         raise DataError(f"every training prompt is longer than --max-prompt-tokens {cfg.max_prompt_tokens}", where=cfg.data)
     scorer = cfg.reward.make_scorer().start()  # the scoring workers start while the model loads
@@ -678,7 +679,8 @@ def train(cfg: GRPOConfig) -> GRPOResult:
     meta = {"trained_by": "generator.train_grpo", "base_model": model_cfg.model,
             "init": str(cfg.init) if cfg.init else None, "config": config_to_dict(cfg),
             "prompt": {"k_examples": cfg.k_examples, "with_reasoning": cfg.with_reasoning,
-                       "path": "router" if cfg.router else "gold", "schema_detail": cfg.schema_detail}}  # fmt: skip
+                       "path": "router" if cfg.router else "gold", "schema_detail": cfg.schema_detail,
+                       "value_linking": cfg.value_linking}}  # fmt: skip
 
     # ---- the loop
     model.train()

@@ -61,6 +61,7 @@ def build_examples(
     max_tokens: int,
     retriever: ExampleRetriever | None,
     schema_detail: str = "full",
+    value_linking: bool = False,
 ) -> tuple[list[SFTExample], int]:
     """Tokenise every sample's prompt (gold path) and target; drop those over ``max_tokens``.
 
@@ -73,7 +74,8 @@ def build_examples(
     for s in samples:
         prompt = prompt_token_ids(tokenizer, sample_messages(s, ds, retriever, path=s.path, k=k,
                                                              with_reasoning=with_reasoning,
-                                                             schema_detail=schema_detail))  # fmt: skip
+                                                             schema_detail=schema_detail,
+                                                             value_linking=value_linking))  # fmt: skip
         target = tokenizer(target_text(s, with_reasoning) + eos, add_special_tokens=False)["input_ids"]
         if len(prompt) + len(target) > max_tokens:
             skipped += 1
@@ -116,7 +118,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     retriever = ExampleRetriever(train) if cfg.k_examples > 0 else None
     examples, skipped = build_examples(pool, ds, tokenizer, k=cfg.k_examples, with_reasoning=cfg.with_reasoning,
                                        max_tokens=cfg.max_prompt_tokens, retriever=retriever,
-                                       schema_detail=cfg.schema_detail)  # fmt: skip
+                                       schema_detail=cfg.schema_detail, value_linking=cfg.value_linking)  # fmt: skip
     if not examples:
         raise DataError(f"every training prompt is longer than --max-prompt-tokens {cfg.max_prompt_tokens}",
                         where=cfg.data)  # fmt: skip
@@ -160,7 +162,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         "base_model": model_cfg.model,
         "config": config_to_dict(cfg),
         "prompt": {"k_examples": cfg.k_examples, "with_reasoning": cfg.with_reasoning, "path": "gold",
-                   "schema_detail": cfg.schema_detail},
+                   "schema_detail": cfg.schema_detail, "value_linking": cfg.value_linking},
         "n_train_examples": len(examples),
         "n_skipped_too_long": skipped,
         "steps": total_steps,

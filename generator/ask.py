@@ -1,0 +1,358 @@
+"""``python -m generator.ask``: a question in, its route, SQL and rows out.
+
+    python -m generator.ask --router runs/demo/router_ppo --generator runs/demo/generator "谁供应 Chai？"
+    python -m generator.ask --router R --generator G --file questions.jsonl --out answers.jsonl
+
+The chain the project is about, for one question at a time or a file of them:
+
+1. the router predicts the join path and says how sure it is (calibrated confidence, the
+   alternatives when it is unsure) and which database values the question names;
+2. the generator writes the SQL from a prompt built as it was trained (:class:`~generator.prompt.PromptSettings`
+   recorded in its folder), with the linked values as literals; by default the ``FROM ... JOIN``
+   clause is the routed path's (:mod:`generator.constrained`), and with ``--samples N`` the
+   answer is voted among N sampled queries by their results (:mod:`generator.consistency`);
+3. the query runs read-only (one SELECT, a hard timeout, capped rows) and the first rows are shown.
+
+``--file`` reads one JSON object per line with a ``question`` (other fields are kept: ``id``);
+``--out`` gets one object per line with ``question``, ``path`` (``{anchor, via, target}``),
+``confidence``, ``uncertain``, ``alternatives``, ``values``, ``sql``, ``columns``, ``rows`` (a list
+of lists, at most ``--max-rows``) and ``error`` (None, or a one-line reason: no SQL written, the
+query was refused, failed or timed out).
+
+In Python: ``AskPipeline.from_pretrained(router_dir, generator_dir).ask("...")``.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Annotated, Any
+
+import torch
+import tyro
+
+from data_pipeline.backends.sqlite import ExecutionResult, SQLiteExecutor
+from data_pipeline.cli import parse, run_main
+from data_pipeline.errors import CheckpointError, ConfigError, DataError, SchemaError
+from data_pipeline.graph import JoinPath
+from data_pipeline.io import ensure_writable_dir, read_jsonl, write_jsonl
+from generator.consistency import vote
+from generator.constrained import JoinSkeletonProcessor
+from generator.generate import GENERATOR_META, generate_answers, load_policy, prompt_token_ids, trained_prompt
+from generator.models import ModelConfig
+from generator.prompt import PromptSettings, build_prompt
+from rewards.answer import parse_answer
+
+SHOWN_ROWS = 10
+"""Rows printed per answer on the command line."""
+
+
+@dataclass
+class Answer:
+    """What :meth:`AskPipeline.ask` returns for one question.
+
+    Attributes:
+        question: the question.
+        path: the routed join path (None when routing failed: see ``error``).
+        confidence: the router's calibrated confidence in ``path``, in ``[0, 1]``.
+        uncertain: ``confidence`` is below the router's threshold.
+        alternatives: the next most probable paths with their probabilities.
+        values: the database values the question names (table, column, value, score, ...).
+        sql: the generated query (None when the generator wrote none).
+        columns: result column names (None unless the query ran).
+        rows: the first result rows, each a list (``[]`` unless the query ran).
+        error: None, or a one-line reason the question got no rows.
+        candidates: queries considered (1, or ``samples`` with self-consistency).
+    """
+
+    question: str
+    path: JoinPath | None = None
+    confidence: float = 0.0
+    uncertain: bool = True
+    alternatives: list[tuple[JoinPath, float]] = field(default_factory=list)
+    values: list[dict[str, Any]] = field(default_factory=list)
+    sql: str | None = None
+    columns: list[str] | None = None
+    rows: list[list[Any]] = field(default_factory=list)
+    error: str | None = None
+    candidates: int = 1
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "question": self.question,
+            "path": None if self.path is None else self.path.to_dict(),
+            "confidence": round(self.confidence, 4),
+            "uncertain": self.uncertain,
+            "alternatives": [{"path": p.to_dict(), "prob": round(q, 4)} for p, q in self.alternatives],
+            "values": self.values,
+            "sql": self.sql,
+            "columns": self.columns,
+            "rows": [[_jsonable(v) for v in r] for r in self.rows],
+            "error": self.error,
+            "candidates": self.candidates,
+        }
+
+
+def _jsonable(v: Any) -> Any:
+    if isinstance(v, bytes):
+        return f"<{len(v)} bytes>"
+    return v
+
+
+class AskPipeline:
+    """A router and a generator bound to one database: questions in, answers with rows out.
+
+    Args:
+        router: a :class:`router.route.Router` (its schema is the database's).
+        model, tokenizer: the generator (a trained folder loaded by :func:`generator.generate.load_policy`).
+        db_path: the SQLite database the queries run on (read-only).
+        prompt: how the generator's prompts are built (as it was trained).
+        constrained: force the routed path's ``FROM ... JOIN`` clause (:mod:`generator.constrained`).
+        samples: candidate queries per question; above 1, sampled at ``temperature`` and voted
+            by result (:mod:`generator.consistency`), the greedy answer among them.
+        temperature: sampling temperature for the extra candidates.
+        max_new_tokens: tokens per generated answer at most.
+        timeout_s: seconds each query may run.
+        max_rows: rows kept per answer.
+    """
+
+    def __init__(self, router: Any, model: torch.nn.Module, tokenizer: Any, db_path: str | Path, *,
+                 prompt: PromptSettings | None = None, constrained: bool = True, samples: int = 1,
+                 temperature: float = 0.7, max_new_tokens: int = 192, timeout_s: float = 5.0,
+                 max_rows: int = 100) -> None:  # fmt: skip
+        if samples < 1:
+            raise ConfigError(f"must be >= 1, got {samples}", where="--samples")
+        self.router = router
+        self.model = model
+        self.tokenizer = tokenizer
+        self.db_path = Path(db_path)
+        self.prompt = prompt or PromptSettings()
+        self.constrained = constrained
+        self.samples = samples
+        self.temperature = temperature
+        self.max_new_tokens = max_new_tokens
+        self.max_rows = max_rows
+        self.executor = SQLiteExecutor(timeout_s=timeout_s, max_rows=max_rows)
+
+    @classmethod
+    def from_pretrained(cls, router_dir: str | Path, generator_dir: str | Path, db: str | Path | None = None,
+                        **options: Any) -> AskPipeline:  # fmt: skip
+        """Load a router folder and a trained generator folder (or a base model name) for ``db``.
+
+        ``db`` defaults to the database the router's schema was read from. ``options`` go to
+        the constructor; ``prompt`` defaults to the generator folder's recorded settings.
+
+        Raises:
+            CheckpointError: a folder is not a router / generator, or the router was trained on
+                another schema than ``db``'s.
+            SchemaError: the database is missing or not SQLite.
+        """
+        from data_pipeline.datasets import resolve_database
+        from router.route import Router
+
+        db_path = resolve_database(str(db)) if db is not None else None
+        router = Router.from_pretrained(router_dir, db_path if db_path is not None else None)
+        if db_path is None:
+            source = router.schema.source
+            if not source or not Path(source).is_file():
+                raise SchemaError("the router does not record a database file; pass --db", where=router_dir)
+            db_path = Path(source)
+        gen = Path(generator_dir)
+        if (gen / GENERATOR_META).is_file():
+            model, tokenizer, _ = load_policy(ModelConfig(), gen)
+            recorded = trained_prompt(gen)
+        else:  # a base model: a name or a causal-LM folder
+            model, tokenizer, _ = load_policy(ModelConfig(model=str(generator_dir)))
+            recorded = {}
+        options.setdefault("prompt", PromptSettings.from_recorded(recorded, k_examples=0))
+        return cls(router, model, tokenizer, db_path, **options)
+
+    def close(self) -> None:
+        """Release the database connections."""
+        self.executor.close()
+
+    def __enter__(self) -> AskPipeline:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def ask(self, question: str) -> Answer:
+        """Route, write and run the SQL of ``question`` (see :class:`Answer`). Never raises for a
+        bad question or a bad query: the reason is in ``Answer.error``."""
+        return self.ask_batch([question])[0]
+
+    def ask_batch(self, questions: Sequence[str]) -> list[Answer]:
+        """:meth:`ask` for many questions; routing and generation run in batches."""
+        answers = [Answer(question=q) for q in questions]
+        ok = [i for i, q in enumerate(questions) if isinstance(q, str) and q.strip()]
+        for i in set(range(len(questions))) - set(ok):
+            answers[i].error = "empty question"
+        routable = []
+        for i in ok:
+            try:
+                self.router.policy.model.tokenize([questions[i]])
+                routable.append(i)
+            except DataError as exc:
+                answers[i].error = exc.message
+        if not routable:
+            return answers
+        routes = self.router.route_batch([questions[i] for i in routable], top_k=3)
+        values = self.router.policy.space.values
+        prompts, clauses, owners = [], [], []
+        for i, r in zip(routable, routes, strict=True):
+            a = answers[i]
+            a.path, a.confidence, a.uncertain = r.path, r.confidence, r.uncertain
+            a.alternatives = [(p, q) for p, q in r.top_k[1:]]
+            a.values = list(r.values)
+            linked = values.lookup(questions[i]) if values is not None and self.prompt.value_linking else []
+            messages = build_prompt(questions[i], r.path, self.router.schema, self.router.graph, [], k=0,
+                                    with_reasoning=self.prompt.with_reasoning, schema_detail=self.prompt.schema_detail,
+                                    values=linked)  # fmt: skip
+            ids = prompt_token_ids(self.tokenizer, messages)
+            clause = self.router.graph.from_clause(r.path) if self.constrained else None
+            for _ in range(self.samples):
+                prompts.append(ids)
+                clauses.append(clause)
+                owners.append(i)
+        greedy = generate_answers(self.model, self.tokenizer, prompts[:: self.samples], max_new_tokens=self.max_new_tokens,
+                                  join_clauses=clauses[:: self.samples])  # fmt: skip
+        texts: dict[int, list[str]] = {i: [t] for i, t in zip(owners[:: self.samples], greedy, strict=True)}
+        if self.samples > 1:
+            extra_p = [p for k, p in enumerate(prompts) if k % self.samples]
+            extra_c = [c for k, c in enumerate(clauses) if k % self.samples]
+            extra_o = [o for k, o in enumerate(owners) if k % self.samples]
+            sampled = generate_answers(self.model, self.tokenizer, extra_p, max_new_tokens=self.max_new_tokens,
+                                       temperature=self.temperature, join_clauses=extra_c)  # fmt: skip
+            for o, t in zip(extra_o, sampled, strict=True):
+                texts[o].append(t)
+        for i, cands in texts.items():
+            self._finish(answers[i], cands)
+        return answers
+
+    def _finish(self, answer: Answer, completions: list[str]) -> None:
+        sqls = [parse_answer(c, require_reasoning=self.prompt.with_reasoning).sql for c in completions]
+        answer.candidates = len(sqls)
+        results = [self.executor.execute(self.db_path, s) if s else None for s in sqls]
+        pick = vote([r for r in results if r is not None]) if len(sqls) > 1 else None
+        if pick is not None:
+            idx = [k for k, r in enumerate(results) if r is not None][pick]
+        else:
+            idx = 0
+        answer.sql = sqls[idx]
+        res: ExecutionResult | None = results[idx]
+        if answer.sql is None or res is None:
+            answer.error = "the generator wrote no SQL"
+            return
+        if not res.ok:
+            answer.error = str(res.error)
+            return
+        answer.columns = list(res.columns or [])
+        answer.rows = [list(r) for r in (res.rows or [])[: self.max_rows]]
+
+
+# --------------------------------------------------------------------------- command line
+
+
+@dataclass
+class AskConfig:
+    """Answer questions over a database: route, write SQL, run it read-only."""
+
+    router: Path
+    """Router folder (python -m router.train_sft or router.train_ppo --out)."""
+    generator: str
+    """Trained generator folder (python -m generator.train_grpo --out .../final), or a base model name or folder."""
+    questions: Annotated[tuple[str, ...], tyro.conf.Positional] = ()
+    """Questions to answer (or use --file)."""
+    db: str | None = None
+    """SQLite database the queries run on (a sample name or a file); default: the one the router was trained on."""
+    file: Path | None = None
+    """JSONL input: one {"question": ...} per line."""
+    out: Path | None = None
+    """JSONL output for --file (one answer per line)."""
+    samples: int = 1
+    """Candidate queries per question; above 1, sampled and voted by their results (self-consistency)."""
+    constrained: bool = True
+    """Make the query's FROM ... JOIN clause the routed path's."""
+    max_new_tokens: int = 192
+    """Tokens per generated answer at most."""
+    max_rows: int = 100
+    """Rows kept per answer."""
+    timeout_s: float = 5.0
+    """Seconds each query may run."""
+    threads: int = 0
+    """Torch CPU threads (0: all cores)."""
+
+    def __post_init__(self) -> None:
+        if not self.questions and self.file is None:
+            raise ConfigError("give a question or --file", where="questions")
+        if self.questions and self.file is not None:
+            raise ConfigError("give questions or --file, not both", where="file")
+        if self.file is not None and self.out is None:
+            raise ConfigError("--file needs --out for the answers", where="--out")
+        if self.samples < 1:
+            raise ConfigError(f"must be >= 1, got {self.samples}", where="--samples")
+        if not (self.timeout_s > 0 and self.timeout_s != float("inf")):
+            raise ConfigError(f"must be a positive number of seconds, got {self.timeout_s}", where="--timeout-s")
+        if self.max_rows < 1 or self.max_new_tokens < 1:
+            raise ConfigError("must be >= 1", where="--max-rows/--max-new-tokens")
+
+
+def _print(answer: Answer) -> None:
+    print(f"\nQ: {answer.question}")
+    if answer.path is not None:
+        flag = "  (uncertain: see the alternatives)" if answer.uncertain else ""
+        print(f"route: {answer.path}  confidence {answer.confidence:.2f}{flag}")
+        if answer.uncertain and answer.alternatives:
+            for p, q in answer.alternatives:
+                print(f"   or: {p}  ({q:.2f})")
+    if answer.values:
+        print("values: " + "; ".join(f"{v['table']}.{v['column']} = {v['value']!r}" for v in answer.values[:3]))
+    print(f"SQL: {answer.sql}")
+    if answer.error:
+        print(f"error: {answer.error}")
+        return
+    print(" | ".join(answer.columns or []))
+    for r in answer.rows[:SHOWN_ROWS]:
+        print(" | ".join(str(v) for v in r))
+    if len(answer.rows) > SHOWN_ROWS:
+        print(f"... {len(answer.rows)} rows")
+
+
+def main(argv: Sequence[str] | None = None) -> list[Answer]:
+    """Command-line entry point (module docstring)."""
+    cfg = parse(AskConfig, argv, description=__doc__.split("\n\n")[0] if __doc__ else None)
+    if cfg.threads > 0:
+        torch.set_num_threads(cfg.threads)
+    if cfg.out is not None:
+        ensure_writable_dir(cfg.out.parent)
+    records: list[dict[str, Any]] = []
+    if cfg.file is not None:
+        records = list(read_jsonl(cfg.file))
+        for line, rec in enumerate(records, 1):
+            if not isinstance(rec, dict) or not isinstance(rec.get("question"), str) or not rec["question"].strip():
+                raise DataError("record needs a non-empty string field 'question'", where=cfg.file, line=line)
+    questions = [r["question"] for r in records] if records else list(cfg.questions)
+    try:
+        pipe = AskPipeline.from_pretrained(cfg.router, cfg.generator, cfg.db, constrained=cfg.constrained,
+                                           samples=cfg.samples, max_new_tokens=cfg.max_new_tokens,
+                                           timeout_s=cfg.timeout_s, max_rows=cfg.max_rows)  # fmt: skip
+    except CheckpointError as exc:
+        raise CheckpointError(exc.message, where=exc.where or cfg.router) from exc
+    with pipe:
+        answers = pipe.ask_batch(questions)
+    if cfg.out is not None:
+        write_jsonl(cfg.out, ({k: v for k, v in rec.items() if k != "question"} | a.to_dict()
+                              for rec, a in zip(records or [{}] * len(answers), answers, strict=True)))  # fmt: skip
+        print(f"wrote {len(answers)} answers to {cfg.out}", file=sys.stderr)
+    else:
+        for a in answers:
+            _print(a)
+    return answers
+
+
+if __name__ == "__main__":
+    run_main(main)
+

@@ -1,0 +1,181 @@
+"""generator.ask: the whole chain on the tiny shop (a router trained here, a tiny generator trained
+here to answer in the project's format), route-constrained decoding with SmolLM2's real
+tokenizer, self-consistency votes, and the command line's bad input."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import AutoTokenizer
+
+from data_pipeline.backends.sqlite import ExecutionResult
+from data_pipeline.errors import ConfigError
+from data_pipeline.graph import JoinPath, SchemaGraph
+from data_pipeline.schema import introspect
+from generator.ask import AskConfig, AskPipeline
+from generator.ask import main as ask_main
+from generator.consistency import vote
+from generator.constrained import JoinSkeletonProcessor
+from generator.models import DEFAULT_GENERATOR, resolve_generator
+from router.train_sft import train
+from tests.test_router_sft import tiny_config, write_data_set
+from tests.conftest import make_tiny_shop
+
+
+def test_forced_clause_decodes_exactly_with_smollm2_tokens() -> None:
+    tok = AutoTokenizer.from_pretrained(resolve_generator(DEFAULT_GENERATOR))
+    clause = 'FROM "products" JOIN "order items" ON "order items"."product_id" = "products"."id"'
+    prefix = tok.encode("<answer>\nSELECT DISTINCT \"products\".\"name\" FROM", add_special_tokens=False)
+    ids = torch.tensor([prefix])
+    proc = JoinSkeletonProcessor(tok, [clause], prompt_width=0)
+    for _ in range(80):
+        scores = proc(ids, torch.zeros(1, len(tok)))
+        ids = torch.cat([ids, scores.argmax(-1, keepdim=True)], 1)
+        if proc._done[0]:
+            break
+    text = tok.decode(ids[0].tolist())
+    assert text.endswith(clause[len("FROM"):]) and text.count("FROM") == 1, text
+    assert proc.forced[0] > 5
+
+
+def test_a_row_that_never_writes_from_is_left_alone() -> None:
+    tok = AutoTokenizer.from_pretrained(resolve_generator(DEFAULT_GENERATOR))
+    proc = JoinSkeletonProcessor(tok, ['FROM "a"', None], prompt_width=0)
+    ids = torch.tensor([tok.encode("<answer>\nSELECT 1", add_special_tokens=False)] * 2)
+    scores = torch.randn(2, len(tok))
+    assert torch.equal(proc(ids, scores.clone()), scores)
+
+
+def _ok(rows):
+    return ExecutionResult(True, rows, ["x"], None, False, 0.0, False)
+
+
+def test_vote_by_result_set() -> None:
+    fail = ExecutionResult(False, None, None, "boom", False, 0.0, False)
+    # rows in another order agree; errors and empty results never win; ties go to the first
+    assert vote([_ok([(1,), (2,)]), _ok([(2,), (1,)]), _ok([(3,)])]) == 0
+    assert vote([fail, _ok([(3,)]), _ok([(3,)]), _ok([(4,)])]) == 1
+    assert vote([_ok([]), fail]) is None
+    assert vote([_ok([(5,)]), _ok([(6,)])]) == 0
+
+
+QUESTION = "which categories does the supplier Nordic Fish AS supply"
+GOLD = JoinPath("suppliers", ("products",), "categories")
+
+
+@pytest.fixture(scope="module")
+def chain(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """A router trained on the tiny shop, and a tiny Llama taught the gold answers in the
+    project's answer format with this very prompt builder (a few hundred steps, seconds)."""
+    from generator.generate import prompt_token_ids, save_generator
+    from generator.prompt import build_prompt, render_completion
+    from tests.test_generator_train import make_tiny_llama
+
+    root = tmp_path_factory.mktemp("ask")
+    db = make_tiny_shop(root / "shop.sqlite")
+    data = write_data_set(db, root / "data")
+    torch.manual_seed(0)
+    train(tiny_config(data, root / "router"))
+    schema = introspect(db)
+    graph = SchemaGraph(schema)
+    gold_sql = graph.from_clause(GOLD)
+    sql = f'SELECT DISTINCT "categories"."name" {gold_sql} WHERE "suppliers"."company" = \'Nordic Fish AS\''
+    tiny = make_tiny_llama(root / "llama", resolve_generator(DEFAULT_GENERATOR))
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(tiny)
+    tok = AutoTokenizer.from_pretrained(tiny)
+    prompt = prompt_token_ids(tok, build_prompt(QUESTION, GOLD, schema, graph, [], k=0, with_reasoning=False,
+                                                schema_detail="compact"))  # fmt: skip
+    target = tok.encode(render_completion(sql, None), add_special_tokens=False) + [tok.eos_token_id]
+    ids = torch.tensor([prompt + target])
+    labels = ids.clone()
+    labels[0, : len(prompt)] = -100
+    opt = torch.optim.Adam(model.parameters(), lr=3e-2)
+    for _ in range(300):
+        loss = model(input_ids=ids, labels=labels).loss
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        if float(loss) < 0.01:
+            break
+    save_generator(root / "gen", model, tok, {"base_model": str(tiny), "prompt": {"k_examples": 0, "with_reasoning": False,
+                                                                                  "schema_detail": "compact"}})  # fmt: skip
+    return {"root": root, "db": db, "router": root / "router", "generator": root / "gen", "sql": sql}
+
+
+def test_ask_returns_route_sql_and_rows(chain: dict[str, Path]) -> None:
+    with AskPipeline.from_pretrained(chain["router"], chain["generator"], chain["db"]) as pipe:
+        a = pipe.ask(QUESTION)
+    assert a.path == GOLD and 0 < a.confidence <= 1
+    assert a.sql == chain["sql"] and a.error is None
+    assert a.columns == ["name"] and a.rows == [["Seafood"]]
+
+
+def test_ask_reports_bad_questions_in_the_answer_not_as_an_exception(chain: dict[str, Path]) -> None:
+    with AskPipeline.from_pretrained(chain["router"], chain["generator"], chain["db"]) as pipe:
+        empty, long = pipe.ask_batch(["   ", "word " * 200])
+    assert empty.error == "empty question" and empty.sql is None
+    assert "more than the router's limit" in str(long.error)
+
+
+def test_ask_file_in_file_out(chain: dict[str, Path], tmp_path: Path) -> None:
+    src = tmp_path / "in.jsonl"
+    src.write_text(json.dumps({"id": "q1", "question": QUESTION}) + "\n", encoding="utf-8")
+    out = tmp_path / "out.jsonl"
+    ask_main(["--router", str(chain["router"]), "--generator", str(chain["generator"]), "--db", str(chain["db"]),
+              "--file", str(src), "--out", str(out)])  # fmt: skip
+    rec = json.loads(out.read_text(encoding="utf-8"))
+    assert rec["id"] == "q1" and rec["path"] == GOLD.to_dict() and rec["error"] is None
+    assert rec["rows"] == [["Seafood"]] and rec["sql"] == chain["sql"]
+    assert set(rec) >= {"question", "path", "sql", "rows", "error", "confidence", "uncertain"}
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        ([], "give a question or --file"),
+        (["--file", "x.jsonl"], "--file needs --out"),
+        (["q", "--samples", "0"], "--samples"),
+    ],
+)
+def test_bad_options_name_the_flag(argv: list[str], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        AskConfig(router=Path("r"), generator="g", **_kw(argv))
+
+
+def _kw(argv: list[str]) -> dict:
+    kw: dict = {}
+    it = iter(argv)
+    for a in it:
+        if a == "--file":
+            kw["file"] = Path(next(it))
+        elif a == "--samples":
+            kw["samples"] = int(next(it))
+        else:
+            kw["questions"] = (a,)
+    return kw
+
+
+def test_bad_input_on_the_command_line_is_one_line_exit_2(chain: dict[str, Path], tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    other = make_tiny_shop(tmp_path / "other.sqlite")
+    import sqlite3
+
+    sqlite3.connect(other).execute("CREATE TABLE extra (id INTEGER PRIMARY KEY)").connection.commit()
+    cases = [
+        (["--router", str(chain["router"]), "--generator", str(chain["generator"]), "--db", "nowhere.sqlite", "q"], "nowhere.sqlite"),
+        (["--router", str(tmp_path), "--generator", str(chain["generator"]), "q"], "router checkpoint"),
+        (["--router", str(chain["router"]), "--generator", str(chain["generator"]), "--db", str(other), "q"], "trained on schema"),
+        (["--router", str(chain["router"]), "--generator", str(tmp_path / "nogen"), "--db", str(chain["db"]), "q"], "nogen"),
+    ]
+    for argv, needle in cases:
+        r = subprocess.run([sys.executable, "-m", "generator.ask", *argv], capture_output=True, text=True, timeout=300)
+        assert r.returncode == 2, (argv, r.stderr[-1500:])
+        lines = [ln for ln in r.stderr.strip().splitlines() if ln.strip()]
+        assert len(lines) == 1 and needle in lines[0], (argv, r.stderr[-1500:])
