@@ -87,6 +87,62 @@ _PERSON_WORDS = (
 """Words of tables a "who" question can ask for, beyond the agents."""
 
 
+# (English stems of a table's name, other English nouns for it, other Chinese nouns for it)
+_NOUNS: tuple[tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]], ...] = (
+    (("track", "曲目"), ("song",), ("歌曲",)),
+    (("album", "专辑"), ("record",), ("唱片",)),
+    (("artist", "艺人"), ("band", "singer"), ("歌手", "乐队")),
+    (("genre", "流派"), ("music style",), ("风格",)),
+    (("invoice line", "invoiceline", "发票明细"), ("purchased track", "sale"), ("购买明细",)),
+    (("invoice", "发票"), ("purchase", "bill"), ("账单",)),
+    (("customer", "客户"), ("client", "buyer"), ("顾客",)),
+    (("employee", "员工"), ("staff member",), ("职员",)),
+    (("product", "产品"), ("item",), ("商品",)),
+    (("categor", "类别"), ("kind of product",), ("种类",)),
+    (("supplier", "供应商"), ("vendor",), ("厂商",)),
+    (("shipper", "承运商"), ("carrier", "shipping company"), ("物流公司", "快递公司")),
+    (("order detail", "订单明细"), ("order line",), ("订单行",)),
+    (("doctor", "医生"), ("physician",), ("大夫",)),
+    (("patient", "患者"), (), ("病人",)),
+    (("department", "科室"), (), ("部门",)),
+    (("drug", "药品"), ("medicine", "medication"), ("药物",)),
+    (("prescription", "处方"), (), ("药方",)),
+    (("contractor", "承包商"), ("subcontractor",), ("施工方",)),
+    (("timesheet", "工时记录"), ("hours log",), ("工时",)),
+    (("client", "客户"), ("customer",), ("甲方",)),
+)
+"""Other nouns people use for common tables ("songs" for Track, 病人 for patients), matched by the
+table's English name stem or Chinese name."""
+
+
+def table_synonyms(table: Table) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """``(english, chinese)`` other nouns for ``table``: the built-in ones for its kind of table,
+    plus a single word in parentheses right after the description's head ("tracks (songs)").
+
+    >>> t = Table("Track", (), description="tracks (songs) for sale", zh="曲目")
+    >>> table_synonyms(t)
+    (('song', 'songs'), ('歌曲',))
+    """
+    en: list[str] = []
+    zh: list[str] = []
+    name = _name(table)
+    for stems, other_en, other_zh in _NOUNS:
+        if any(re.search(rf"\b{re.escape(st)}", name) or (table.zh and st == table.zh) for st in stems):
+            en += other_en
+            zh += other_zh
+            break
+    m = re.match(r"^\s*[\w ]+?\(([\w ]+)\)", table.description or "")
+    if m:
+        en.append(m.group(1).strip())
+    m = re.search(r"（([\u3400-\u9fff]{2,6})）", table.description_zh or "")
+    if m:
+        zh.append(m.group(1))
+    words: list[str] = []
+    for w in en:
+        words += [w, w + "s"] if not w.endswith("s") and " " not in w else [w]
+    return tuple(dict.fromkeys(words)), tuple(dict.fromkeys(zh))
+
+
 def _name(table: Table) -> str:
     return " " + humanize(table.name).lower() + " "
 

@@ -40,15 +40,16 @@ from data_pipeline.entities import TableProfile, fuzz, fuzzable
 from data_pipeline.gold import Plan, gold_sql
 from data_pipeline.graph import JoinPath, SchemaGraph
 from data_pipeline.paraphrase import Paraphraser
-from data_pipeline.relations import agent_verb, agent_verbs, is_event, is_person
+from data_pipeline.relations import agent_verb, agent_verbs, is_event, is_person, table_synonyms
 from data_pipeline.samples import Entity, Sample
-from data_pipeline.schema import Schema, humanize
+from data_pipeline.schema import Schema, Table, humanize
 from data_pipeline.templates import (
     AGG_WORDS,
     FAMILIES_BY_SCOPE,
     Template,
     UNFILTERED_FAMILIES_BY_SCOPE,
     column_words,
+    plural,
     table_words,
     templates_for,
     tidy,
@@ -232,15 +233,30 @@ def plan_unfiltered(family: str, path: JoinPath, ctx: StageContext, rng: random.
     raise ValueError(f"unknown family {family!r}")
 
 
+def _noun(table: Table, language: str, noun_index: int) -> tuple[str, str]:
+    """``(singular, plural)`` for a table: its usual words, or (``noun_index`` % 3 == 2) another
+    noun people use for it (:func:`~data_pipeline.relations.table_synonyms`: "songs" for Track)."""
+    usual = table_words(table, language)
+    if noun_index % 3 != 2:
+        return usual
+    syn_en, syn_zh = table_synonyms(table)
+    if language == "zh":
+        return (syn_zh[0], syn_zh[0]) if syn_zh else usual
+    singles = [w for w in syn_en if not w.endswith("s") or " " in w]
+    return (singles[0], plural(singles[0])) if singles else usual
+
+
 def words_for(
-    plan: Plan, path: JoinPath, schema: Schema, language: str, style: str = "classic", verb_index: int = 0
+    plan: Plan, path: JoinPath, schema: Schema, language: str, style: str = "classic", verb_index: int = 0,
+    noun_index: int = 0,
 ) -> dict[str, str]:
     """Values for the template placeholders (see :mod:`data_pipeline.templates`); ``style``
     picks whose verb ``{v_*}`` is: the target's for ``agent``/``agent_event``/``who``, the anchor's for
-    ``actor``; ``verb_index`` which of its verbs (:func:`~data_pipeline.relations.agent_verbs`, modulo their number)."""
+    ``actor``; ``verb_index`` which of its verbs (:func:`~data_pipeline.relations.agent_verbs`, modulo their number);
+    ``noun_index`` whether the target is called by another noun (:func:`_noun`)."""
     a, t = schema.table(path.anchor), schema.table(path.target)
     a_sg, a_pl = table_words(a, language)
-    t_sg, t_pl = table_words(t, language)
+    t_sg, t_pl = _noun(t, language, noun_index)
     words = {"a": a_sg, "a_pl": a_pl, "t": t_sg, "t_pl": t_pl, "acol": column_words(a.column(plan.entity_column), language)}
     if plan.ask_column:
         words["tcol"] = column_words(t.column(plan.ask_column), language)
@@ -266,10 +282,11 @@ def words_for(
 
 
 def protected_words(
-    plan: Plan, path: JoinPath, schema: Schema, language: str, style: str = "classic", verb_index: int = 0
+    plan: Plan, path: JoinPath, schema: Schema, language: str, style: str = "classic", verb_index: int = 0,
+    noun_index: int = 0,
 ) -> list[str]:
     """Table and column words (and verbs) a paraphrase must keep (routing cues)."""
-    w = words_for(plan, path, schema, language, style, verb_index)
+    w = words_for(plan, path, schema, language, style, verb_index, noun_index)
     return [v for k, v in w.items() if k not in ("agg", "via_en", "via_zh")]
 
 
@@ -431,7 +448,8 @@ def seed_questions(samples: list[Sample], ctx: StageContext) -> list[Sample]:
             used.add(tpl.id)
             sid = f"{ctx.db_name}-s{len(out)}"
             verb_index = rng.randrange(6) if style in ("agent", "agent_event", "who", "actor") else 0
-            text = render(tpl.text, words_for(plan, path, ctx.schema, language, style, verb_index), language)
+            noun_index = rng.randrange(3) if style != "classic" else 0
+            text = render(tpl.text, words_for(plan, path, ctx.schema, language, style, verb_index, noun_index), language)
             out.append(
                 Sample(
                     id=sid,
@@ -441,7 +459,8 @@ def seed_questions(samples: list[Sample], ctx: StageContext) -> list[Sample]:
                     path=path,
                     sql="",
                     template_id=tpl.id,
-                    meta={"seed": sid, "plan": plan.to_dict(), "paraphrase": None, "style": style, "verb": verb_index},
+                    meta={"seed": sid, "plan": plan.to_dict(), "paraphrase": None, "style": style, "verb": verb_index,
+                          "noun": noun_index},
                 )
             )
     return out
@@ -469,7 +488,8 @@ def paraphrase(samples: list[Sample], ctx: StageContext) -> list[Sample]:
             if want == 0:
                 continue
             plan = Plan.from_dict(seed.meta["plan"])
-            keep = protected_words(plan, path, ctx.schema, seed.language, seed.meta.get("style", "classic"), seed.meta.get("verb", 0))
+            keep = protected_words(plan, path, ctx.schema, seed.language, seed.meta.get("style", "classic"),
+                                   seed.meta.get("verb", 0), seed.meta.get("noun", 0))
             variants = ctx.paraphraser(seed.question, seed.language, want, rng, keep)
             ctx.counters["paraphrase/shortfall"] += want - len(variants)
             for k, (text, rule) in enumerate(variants):

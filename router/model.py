@@ -55,8 +55,8 @@ if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 CHECKPOINT_FORMAT = "route2sql-router"
-CHECKPOINT_VERSION = 2
-"""2: value-linking features (``n_link_features`` 9) and ``values.json`` beside the weights."""
+CHECKPOINT_VERSION = 3
+"""2: value-linking features and ``values.json`` beside the weights; 3: agent-verb and "who" features (11), synonyms and verbs in table texts."""
 WEIGHTS_FILE = "model.safetensors"
 CONFIG_FILE = "config.json"
 ENCODER_DIR = "encoder"

@@ -27,11 +27,12 @@ from functools import lru_cache
 import numpy as np
 
 from data_pipeline.schema import Table, humanize
+from data_pipeline.relations import agent_verbs, is_person, table_synonyms
 from data_pipeline.values import ValueIndex
 
 LINK_FEATURES = (
     "name_words", "zh_name", "pinyin_code", "column_words", "value_mention", "mention",
-    "name_prefix", "value_score", "value_shared",
+    "name_prefix", "value_score", "value_shared", "agent_verb", "who",
 )  # fmt: skip
 """Names of the columns of :func:`link_features`, in order."""
 
@@ -120,6 +121,11 @@ def table_text(table: Table) -> str:
     cols = []
     for c in table.columns[:MAX_COLUMNS_IN_TEXT]:
         cols.append(" ".join(x for x in (humanize(c.name), c.zh) if x))
+    syn_en, syn_zh = table_synonyms(table)
+    verbs = agent_verbs(table)
+    also = [*syn_en[:2], *syn_zh[:1], *(f"{v.past} {v.zh}" for v in verbs[:2])]
+    if also:
+        parts.append("also: " + ", ".join(also))
     if cols:
         parts.append("columns: " + ", ".join(cols))
     return " | ".join(parts)
@@ -161,7 +167,9 @@ def _surface_forms(table: Table) -> tuple[tuple[tuple[str, ...], ...], tuple[str
         for phrase in (short, short[:2]) if len(short) <= 6 else (short[:2],):
             if phrase:
                 english.append(tuple(s for s, _, _ in _stems_with_spans(" ".join(phrase))))
-    chinese = tuple(z for z in (table.zh,) if len(z) >= 2)
+    syn_en, syn_zh = table_synonyms(table)
+    english += [tuple(s for s, _, _ in _stems_with_spans(w)) for w in syn_en]
+    chinese = tuple(z for z in (table.zh, *syn_zh) if len(z) >= 2)
     return tuple(e for e in english if e), chinese, name_code(table.name)
 
 
@@ -251,20 +259,25 @@ def link_features(
     - ``value_score``: the best score of a value of this table the question mentions
       (:meth:`~data_pipeline.values.ValueIndex.table_scores`): "Tunnbröd" links Products;
     - ``value_shared``: that score divided by the number of tables the same mention matched in
-      (a city every table has decides less than a product name only Products holds).
+      (a city every table has decides less than a product name only Products holds);
+    - ``agent_verb``: 1 when the question uses a verb of the table as an agent
+      (:func:`data_pipeline.relations.agent_verbs`: "supplies" for Suppliers, 承运 for Shippers);
+    - ``who``: 1 when the question asks "who" (谁, 哪位) and the table holds people or companies.
 
     >>> from data_pipeline.schema import Column
     >>> ts = [Table("mz_cf", (Column("kfrq", zh="开方日期"),), zh="门诊处方"),
     ...       Table("Customers", (Column("CompanyName", "TEXT", samples=("Around the Horn",)),))]
     >>> link_features("门诊处方的开方日期", ts)[0].tolist()
-    [0.0, 1.0, 1.0, 1.0, 0.0, 1.0, 0.0, 0.0, 0.0]
+    [0.0, 1.0, 1.0, 1.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0]
     >>> link_features("What did customer around the horn buy?", ts)[1].tolist()
-    [1.0, 0.0, 0.0, 0.0, 1.0, 1.0, 1.0, 0.0, 0.0]
+    [1.0, 0.0, 0.0, 0.0, 1.0, 1.0, 1.0, 0.0, 0.0, 1.0, 0.0]
     >>> idx = ValueIndex.from_values({("Customers", "CompanyName"): ["Around the Horn"]})
-    >>> link_features("What did Around the Horn buy?", ts, values=idx)[1, 6:].tolist()
-    [0.0, 1.0, 1.0]
+    >>> link_features("Who is Around the Horn's buyer?", ts, values=idx)[1, 6:].tolist()
+    [0.0, 1.0, 1.0, 0.0, 1.0]
     """
     q_words = words(question)
+    q_raw_words = frozenset(_WORD.findall(question.lower()))
+    q_who = bool(_WHO.search(question))
     q_prefixes = _prefixes(frozenset(_singular(w) for w in _WORD.findall(humanize_words(question))))
     q_lower = question.lower()
     q_initials = pinyin_initials(question)
@@ -293,4 +306,26 @@ def link_features(
         long_words = [w for w in name_words if len(w) >= 5]
         if long_words:
             out[i, 6] = sum(w[:5] in q_prefixes for w in long_words) / len(long_words)
+        verbs = _verb_forms(table)
+        if verbs and (any(v in q_lower for v in verbs[1]) or verbs[0] & q_raw_words):
+            out[i, 9] = 1.0
+        if q_who and is_person(table):
+            out[i, 10] = 1.0
     return out
+
+
+@lru_cache(maxsize=4096)
+def _verb_forms(table: Table) -> tuple[frozenset[str], tuple[str, ...]]:
+    """English word forms (supply, supplies, supplied, supplying) and Chinese verbs of a table's agent verbs."""
+    en: set[str] = set()
+    zh: list[str] = []
+    for v in agent_verbs(table):
+        base = v.base.split()[0]
+        stem = base[:-1] if base.endswith("e") else base
+        en |= {base, v.past.split()[0], base + "s", stem + "ing", base[:-1] + "ies" if base.endswith("y") else base + "es"}
+        if len(v.zh) >= 2:
+            zh.append(v.zh)
+    return frozenset(en), tuple(zh)
+
+
+_WHO = re.compile(r"\bwho(m|se)?\b|谁|哪位|哪个人", re.IGNORECASE)

@@ -105,6 +105,8 @@ def names_target(s) -> bool:
     style = s.meta.get("style", "classic")
     if style in ("who", "where", "howmuch", "when", "column"):  # a question word or the column names it
         return False
+    if style != "classic" and s.meta.get("noun", 0) % 3 == 2:  # another noun for it ("songs" for Track)
+        return False
     return not (style == "value" and s.path.hops == 0 and s.template_id.startswith("lookup"))
 
 

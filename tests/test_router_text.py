@@ -73,7 +73,7 @@ def test_table_text_has_every_source_of_words() -> None:
         # the Chinese name occurs; the column's Chinese name too
         ("客户公司名称是什么", CUSTOMERS, {"zh_name": 1.0, "column_words": 1.0, "mention": 1.0}),
         # only a sample value: Around the Horn is in CompanyName (case does not matter)
-        ("what did AROUND THE HORN buy", CUSTOMERS, {"value_mention": 1.0}),
+        ("what did AROUND THE HORN buy", CUSTOMERS, {"value_mention": 1.0, "agent_verb": 1.0}),
         # pinyin-abbreviated name spelled by consecutive Chinese initials
         ("门诊处方有多少张", MZ_CF, {"zh_name": 1.0, "pinyin_code": 1.0, "mention": 1.0}),
         # initials match but the Chinese name is not written: still linked by pinyin
@@ -83,7 +83,9 @@ def test_table_text_has_every_source_of_words() -> None:
         # CustomerID in Orders is a key column: "customer" must not link Orders
         ("Which orders did the customer place?", ORDERS, {"name_words": 1.0, "mention": 1.0, "name_prefix": 1.0}),
         # a verb whose first five letters begin the table's name: "supplies" for Suppliers
-        ("Who supplies Chai?", Table("Suppliers", (Column("id"),)), {"name_prefix": 1.0}),
+        ("Who supplies Chai?", Table("Suppliers", (Column("id"),)), {"name_prefix": 1.0, "agent_verb": 1.0, "who": 1.0}),
+        # another noun for the table ("songs" for Track) names it
+        ("How many songs are there?", Table("Track", (Column("id"),)), {"mention": 1.0}),
         # half of the Chinese name's bigrams: 订单 is not in 订购
         ("订购了什么", ORDERS, {"zh_name": 0.0}),
         # nothing in common
