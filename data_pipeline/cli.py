@@ -36,15 +36,98 @@ def parse(config_cls: type[T], args: Sequence[str] | None = None, description: s
     """
     opts = (tyro.conf.FlagConversionOff,)
     args = _expand_no_flags(config_cls, sys.argv[1:] if args is None else args)
+    description = plain_text(description) if description else description
+    prog = program_name()
     if not (dataclasses.is_dataclass(config_cls) and hasattr(config_cls, "__post_init__")):
-        return tyro.cli(config_cls, args=args, description=description, config=opts)
-    parsed = tyro.cli(_lenient(config_cls), args=args, description=description, config=opts)
+        return _tyro(config_cls, args, description, opts, prog)
+    parsed = _tyro(_lenient(config_cls), args, description, opts, prog)
     values = {f.name: getattr(parsed, f.name) for f in dataclasses.fields(config_cls) if f.init}
     try:
         return config_cls(**values)  # the real checks run here, outside tyro
     except Route2SQLError as exc:  # a bad flag value: one line and exit 2, as tyro does for bad syntax
         print(f"error: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
+
+
+def _tyro(cls: Any, args: list[str], description: str | None, opts: tuple, prog: str | None) -> Any:
+    """``tyro.cli``, with a malformed command line reported in one or two plain lines (tyro prints
+    an 18-line box ending in a suggestion to run the help) and exit status 2."""
+    import contextlib
+    import io
+
+    buf = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(buf):
+            return tyro.cli(cls, args=args, description=description, config=opts, prog=prog)
+    except SystemExit as exc:
+        if exc.code in (0, None):
+            raise
+        print(command_line_error(buf.getvalue(), prog or "this command"), file=sys.stderr)
+        raise SystemExit(2) from None
+
+
+def command_line_error(box: str, prog: str) -> str:
+    r"""tyro's boxed parse error as two lines: what is wrong, then where the help is.
+
+    >>> box = "│ Unrecognized options: │\n│     --bogus │\n│ Missing from x: │\n│     --data PATH │\n│  Data set. (required) │"
+    >>> print(command_line_error(box, "python -m x"))
+    error: unrecognized option --bogus; missing --data
+    see python -m x --help
+    >>> print(command_line_error("│ Error parsing --epochs: invalid literal for int() with base 10: 'abc' │", "p"))
+    error: --epochs: invalid literal for int() with base 10: 'abc'
+    see p --help
+    """
+    import re
+
+    lines = [re.sub(r"^[\s│╭╰─┃┏┗━╮╯]+|[\s│╮╯─┃┓┛━]+$", "", ln) for ln in box.splitlines()]
+    lines = [ln for ln in lines if ln and not set(ln) <= set("─━ ")]
+    parsing = next((ln for ln in lines if ln.startswith("Error parsing ")), None)
+    if parsing is not None:
+        return f"error: {parsing.removeprefix('Error parsing ')}\nsee {prog} --help"
+    section, missing, wrong, other = "", [], [], []
+    for ln in lines:
+        low = ln.lower()
+        if low.startswith("unrecognized option"):
+            section = "unknown"
+        elif low.startswith("missing"):
+            section = "missing"
+        elif low.startswith(("for full helptext", "argument helptext")) or "--help" in low:
+            section = "help"
+        elif re.match(r"--?\w", ln):
+            if section == "missing":
+                missing.append(ln.split()[0])
+            elif section == "unknown":
+                wrong.append(ln.split()[0])
+        elif section == "" and not low.startswith(("usage", "parsing error", "value error")):
+            other.append(ln)
+    parts = []
+    if wrong:
+        parts.append(("unrecognized option " if len(wrong) == 1 else "unrecognized options ") + ", ".join(wrong))
+    if missing:
+        parts.append("missing " + ", ".join(dict.fromkeys(missing)))
+    if not parts:
+        parts.append(" ".join(other[:2]) or "bad command line")
+    return f"error: {'; '.join(parts)}\nsee {prog} --help"
+
+
+def program_name() -> str | None:
+    """``python -m package.module`` for a module run with ``-m`` (what a user typed), else None
+    (argparse's default, the script's name)."""
+    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    name = getattr(spec, "name", None)
+    return f"python -m {name.removesuffix('.__main__')}" if name else None
+
+
+def plain_text(text: str) -> str:
+    """Help text without reST markup: ``code`` and :func:`name` become code and name.
+
+    >>> plain_text("Run ``python -m x`` (see :func:`router.route.main`).")
+    'Run python -m x (see router.route.main).'
+    """
+    import re
+
+    text = re.sub(r":[a-z]+:`~?([^`]+)`", r"\1", text)
+    return text.replace("``", "")
 
 
 def _bool_flags(config_cls: Any, prefix: str = "") -> set[str]:

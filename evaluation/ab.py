@@ -81,7 +81,7 @@ class ABConfig:
     generator: str | None = "SmolLM2-135M-Instruct"
     """Generator: a model name, a causal-LM directory or a trained generator folder; empty skips generation."""
     generators: tuple[str, ...] = ()
-    """Several generators side by side as NAME=MODEL_OR_FOLDER (e.g. base=SmolLM2-135M-Instruct sft=runs/gen_sft); replaces --generator; results are NAME/condition."""
+    """Several generators side by side as NAME=MODEL_OR_FOLDER (e.g. base=SmolLM2-135M-Instruct sft=runs/gen_sft); replaces --generator; results are NAME/condition. A generator's own prompt settings may follow a ?, e.g. base=SmolLM2-135M-Instruct?k_examples=1&with_reasoning=false&schema_detail=compact&value_linking=true."""
     conditions: tuple[str, ...] = CONDITIONS
     """Generation conditions to run."""
     max_samples: int = 0
@@ -130,6 +130,7 @@ class ABConfig:
             name, sep, path = g.partition("=")
             if not sep or not name or not path or "/" in name:
                 raise ConfigError(f"expected NAME=MODEL_OR_FOLDER, got {g!r}", where="--generators")
+            generator_prompt(path)  # the settings after ? must parse
         if self.k_examples is not None and self.k_examples < 0:
             raise ConfigError(f"must be >= 0, got {self.k_examples}", where="--k-examples")
         check_schema_detail(self.schema_detail)
@@ -144,11 +145,49 @@ class ABConfig:
         """Whether SQL generation runs (a generator and at least one condition)."""
         return bool((self.generator or self.generators) and self.conditions)
 
-    def generator_list(self) -> list[tuple[str, str]]:
-        """``(name, model or folder)`` of each generator to run; one unnamed ("") for --generator."""
+    def generator_list(self) -> list[tuple[str, str, dict[str, Any]]]:
+        """``(name, model or folder, prompt overrides)`` of each generator to run; one unnamed ("") for --generator."""
         if self.generators:
-            return [(g.partition("=")[0], g.partition("=")[2]) for g in self.generators]
-        return [("", self.generator)] if self.generator else []
+            out = []
+            for g in self.generators:
+                name, _, spec = g.partition("=")
+                path, overrides = generator_prompt(spec)
+                out.append((name, path, overrides))
+            return out
+        return [("", self.generator, {})] if self.generator else []
+
+
+def generator_prompt(spec: str) -> tuple[str, dict[str, Any]]:
+    """Split ``MODEL?key=value&...`` into the model and its prompt overrides (PromptSettings fields).
+
+    >>> generator_prompt("SmolLM2-135M-Instruct?k_examples=1&with_reasoning=false")
+    ('SmolLM2-135M-Instruct', {'k_examples': 1, 'with_reasoning': False})
+    >>> generator_prompt("runs/gen")
+    ('runs/gen', {})
+
+    Raises:
+        ConfigError: an unknown key or a value of the wrong kind (``where="--generators"``).
+    """
+    from dataclasses import fields
+
+    path, _, query = spec.partition("?")
+    types = {f.name: f.type for f in fields(PromptSettings)}
+    out: dict[str, Any] = {}
+    for item in filter(None, query.split("&")):
+        key, _, value = item.partition("=")
+        if key not in types:
+            raise ConfigError(f"unknown prompt setting {key!r}; settings are {', '.join(types)}", where="--generators")
+        if key == "k_examples":
+            if not value.isdigit():
+                raise ConfigError(f"k_examples must be a whole number, got {value!r}", where="--generators")
+            out[key] = int(value)
+        elif key in ("with_reasoning", "value_linking"):
+            if value.lower() not in ("true", "false", "1", "0", "yes", "no"):
+                raise ConfigError(f"{key} must be true or false, got {value!r}", where="--generators")
+            out[key] = value.lower() in ("true", "1", "yes")
+        else:
+            out[key] = value
+    return path, out
 
 
 NO_GENERATION_ON_MONGODB = (
@@ -298,7 +337,7 @@ def execution_metrics(rows: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def prompt_settings(cfg: ABConfig, generator: str | None = None) -> PromptSettings:
+def prompt_settings(cfg: ABConfig, generator: str | None = None, overrides: dict[str, Any] | None = None) -> PromptSettings:
     """The prompt settings for ``generator`` (default: ``cfg.generator``): each option given on the
     command line, else what the trained generator folder records it was trained with (a
     generator trained on compact k=0 prompts is evaluated on compact k=0 prompts), else the
@@ -316,6 +355,7 @@ def prompt_settings(cfg: ABConfig, generator: str | None = None) -> PromptSettin
             recorded = {"k_examples": 3} | trained_prompt(generator)
         except Route2SQLError as exc:
             raise ConfigError(exc.message, where="--generator") from exc
+    recorded |= overrides or {}
     return PromptSettings.from_recorded(recorded, k_examples=cfg.k_examples, schema_detail=cfg.schema_detail,
                                         value_linking=cfg.value_linking)  # fmt: skip
 
@@ -450,8 +490,8 @@ def evaluate(cfg: ABConfig, extra_methods: dict[str, PathPredictor] | None = Non
             else:
                 results["notes"].append("condition 'routed' skipped: no routing method ran")
         results["generation_prompt"] = {}
-        for name, generator in cfg.generator_list():
-            ps = prompt_settings(cfg, generator)
+        for name, generator, overrides in cfg.generator_list():
+            ps = prompt_settings(cfg, generator, overrides)
             metrics, rows = run_generation(cfg, ds, gen_samples, paths, ps, generator)
             prefix = f"{name}/" if name else ""
             results["generation_prompt"][name or "generator"] = ps.to_dict()

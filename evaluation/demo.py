@@ -2,14 +2,21 @@
 
 Steps (each is also its own command; their outputs land in ``--out``):
 
-1. ``python -m data_pipeline.build``   -> ``OUT/data``        generated questions, paths, gold SQL
-2. ``python -m router.train_sft``      -> ``OUT/router_sft``  SFT router (anchor/via/target + value head)
-3. ``python -m router.train_ppo``      -> ``OUT/router_ppo``  PPO router, actor and critic from SFT
-4. ``python -m evaluation.ab``         -> ``OUT/report``      A/B report: routing methods and SQL conditions
+1. ``python -m data_pipeline.build``     -> ``OUT/data``         generated questions, paths, gold SQL, value index
+2. ``python -m router.train_sft``        -> ``OUT/router_sft``   SFT router (anchor/via/target + value head)
+3. ``python -m router.train_ppo``        -> ``OUT/router_ppo``   PPO router, actor and critic from SFT
+4. ``python -m generator.train_sft``     -> ``OUT/gen_sft``      generator warm start on gold SQL (LoRA)
+5. ``python -m generator.train_grpo``    -> ``OUT/gen_grpo``     GRPO from the warm start (DAPO loss, KL 0.01,
+                                                              execution reward, smoke test); ``OUT/generator`` is its final model
+6. ``python -m evaluation.ab``           -> ``OUT/report/test``  routing methods, and the base / SFT / GRPO generators
+   and ``OUT/report/human``                                   with the routed and the gold path, on the generated
+                                                              test split and on the human-written questions
 
-The defaults (Northwind, the offline multilingual-e5-small router encoder and the offline
-SmolLM2-135M-Instruct generator, few-shot, compact schema) finish in about 8-9 minutes on 2
-idle CPU cores (docs/results/demo.md); the budget flags below trade time for accuracy.
+The generator writes SQL only (no reasoning), from the routed tables in compact form plus the
+database values the question names, and its FROM ... JOIN clause is forced to the path
+(route-constrained decoding). ``python -m generator.ask --router OUT/router_ppo --generator
+OUT/generator "question"`` then answers questions with the trained chain. Budgets and measured
+wall times are in the options below and docs/results/e2e.md.
 """
 
 from __future__ import annotations
@@ -18,12 +25,10 @@ import json
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
 
 from data_pipeline.cli import parse, run_main
 from data_pipeline.errors import ConfigError
 from data_pipeline.io import ensure_writable_dir, write_json
-from generator.prompt import check_schema_detail
 
 
 @dataclass
@@ -39,19 +44,27 @@ class DemoConfig:
     encoder: str = "multilingual-e5-small"
     """Router encoder: a built-in name or a Hugging Face encoder directory."""
     generator: str = "SmolLM2-135M-Instruct"
-    """Generator: a built-in name, a causal-LM directory or a trained generator folder; empty skips SQL."""
+    """Base generator: a built-in name or a causal-LM directory; empty skips every SQL step."""
     sft_epochs: int = 8
     """Router SFT epochs at most (early stopping on validation)."""
     ppo_updates: int = 12
-    """Router PPO updates."""
+    """Router PPO updates (0 skips PPO)."""
+    gen_sft_steps: int = 100
+    """Generator warm-start steps (batches of --gen-batch-size gold answers; 0 skips generator training)."""
+    gen_batch_size: int = 8
+    """Gold answers per generator warm-start step."""
+    grpo_steps: int = 8
+    """GRPO steps after the warm start (0 skips GRPO; the warm start is then the final generator)."""
+    num_generations: int = 8
+    """Completions per GRPO prompt (the group the advantage is computed over)."""
     eval_samples: int = 0
     """Test questions routed by every method (0 = the whole test split)."""
-    generation_samples: int = 8
-    """Test questions the generator answers under each path condition (0 = all); generation is the slow step."""
-    max_new_tokens: int = 192
-    """Tokens per generated answer at most."""
-    schema_detail: Literal["full", "compact"] | None = "compact"
-    """Routed schema in the generator's prompts: compact (Table(col, ...) lines, ~3x fewer prompt tokens, keeps the demo under 15 minutes), full, or None for a trained generator's own setting."""
+    generation_samples: int = 24
+    """Test questions each generator answers under each path condition (0 = all)."""
+    human_samples: int = 0
+    """Human-written questions each generator answers under each path condition (0 = all of them)."""
+    max_new_tokens: int = 128
+    """Tokens per generated answer at most (SQL only: Northwind's longest gold query is about 100)."""
     seed: int = 0
     """Seed of every step."""
     threads: int = 0
@@ -60,19 +73,32 @@ class DemoConfig:
     def __post_init__(self) -> None:
         if self.sft_epochs < 1:
             raise ConfigError(f"must be >= 1, got {self.sft_epochs}", where="--sft-epochs")
-        if self.ppo_updates < 0:
-            raise ConfigError(f"must be >= 0, got {self.ppo_updates}", where="--ppo-updates")
-        check_schema_detail(self.schema_detail)
+        for name in ("ppo_updates", "gen_sft_steps", "grpo_steps", "eval_samples", "generation_samples", "human_samples"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"must be >= 0, got {getattr(self, name)}", where="--" + name.replace("_", "-"))
+        for name in ("gen_batch_size", "num_generations", "max_new_tokens"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"must be >= 1, got {getattr(self, name)}", where="--" + name.replace("_", "-"))
+
+
+PROMPT = ["--k-examples", "0", "--no-with-reasoning", "--schema-detail", "compact", "--value-linking"]
+"""How the demo's generators are prompted and trained: SQL only, compact routed tables, linked values."""
+
+BASE_PROMPT = "?k_examples=1&with_reasoning=false&schema_detail=compact&value_linking=true"
+"""The base model is shown one example (it has never seen the answer format)."""
 
 
 def run_demo(cfg: DemoConfig) -> dict:
-    """Run the four steps; returns the A/B results with a ``timings_s`` entry per step."""
+    """Run the steps; returns ``{"test": results, "human": results, "timings_s": ...}``."""
+    import shutil
+
     from data_pipeline import build
     from evaluation import ab
     from router import train_ppo, train_sft
 
     out = ensure_writable_dir(cfg.out)
-    data, sft, ppo, report = out / "data", out / "router_sft", out / "router_ppo", out / "report"
+    data, sft, ppo = out / "data", out / "router_sft", out / "router_ppo"
+    gen_sft, gen_grpo, final = out / "gen_sft", out / "gen_grpo", out / "generator"
     threads = ["--threads", str(cfg.threads)] if cfg.threads else []
     timings: dict[str, float] = {}
 
@@ -88,29 +114,99 @@ def run_demo(cfg: DemoConfig) -> dict:
         build_args += ["--descriptions", cfg.descriptions]
     step("build data", build.main, build_args)
     step("router SFT", train_sft.main, ["--data", str(data), "--out", str(sft), "--encoder", cfg.encoder,
-                                         "--epochs", str(cfg.sft_epochs), "--seed", str(cfg.seed), *threads])  # fmt: skip
-    methods = ["retrieval", "sft"]
-    ab_args = ["--data", str(data), "--out", str(report), "--sft-router", str(sft), "--encoder", cfg.encoder,
-               "--max-samples", str(cfg.eval_samples), "--generation-samples", str(cfg.generation_samples),
-               "--max-new-tokens", str(cfg.max_new_tokens), "--seed", str(cfg.seed)]  # fmt: skip
+                                         "--epochs", str(cfg.sft_epochs), "--seed", str(cfg.seed), "--no-progress",
+                                         *threads])  # fmt: skip
+    methods, routers = ["retrieval", "sft"], ["--sft-router", str(sft)]
     if cfg.ppo_updates > 0:
         step("router PPO", train_ppo.main, ["--init", str(sft), "--data", str(data), "--out", str(ppo),
                                              "--total-updates", str(cfg.ppo_updates), "--seed", str(cfg.seed),
-                                             *threads])  # fmt: skip
+                                             "--no-progress", *threads])  # fmt: skip
         methods.append("ppo")
-        ab_args += ["--ppo-router", str(ppo)]
-    ab_args += ["--methods", *methods, "--generator", cfg.generator or ""]
-    if cfg.schema_detail:
-        ab_args += ["--schema-detail", cfg.schema_detail]
-    if not cfg.generator:
-        ab_args += ["--conditions"]
-    step("A/B evaluation", ab.main, ab_args)
-    results = json.loads((report / "ab_results.json").read_text(encoding="utf-8"))
+        routers += ["--ppo-router", str(ppo)]
+    generators: list[str] = []
+    if cfg.generator:
+        generators.append(f"base={cfg.generator}{BASE_PROMPT}")
+        if cfg.gen_sft_steps > 0:
+            from generator import train_grpo
+            from generator import train_sft as gen_train_sft
+
+            tthreads = threads or []
+            step("generator SFT", gen_train_sft.main, ["--data", str(data), "--out", str(gen_sft), "--model", cfg.generator,
+                                                       *PROMPT, "--max-steps", str(cfg.gen_sft_steps),
+                                                       "--batch-size", str(cfg.gen_batch_size), "--learning-rate", "1e-3",
+                                                       "--lora-target-modules", "q_proj", "k_proj", "v_proj", "o_proj",
+                                                       "gate_proj", "up_proj", "down_proj",
+                                                       "--seed", str(cfg.seed), "--no-progress", *tthreads])  # fmt: skip
+            generators.append(f"sft={gen_sft}")
+            if cfg.grpo_steps > 0:
+                step("generator GRPO", train_grpo.main, ["--data", str(data), "--init", str(gen_sft), "--out", str(gen_grpo),
+                                                         *PROMPT, "--max-steps", str(cfg.grpo_steps),
+                                                         "--num-generations", str(cfg.num_generations),
+                                                         "--max-completion-length", str(cfg.max_new_tokens),
+                                                         "--loss-type", "dapo", "--beta", "0.01", "--learning-rate", "5e-5",
+                                                         "--dynamic-sampling-signal", "execution", "--smoke-samples", "6",
+                                                         "--save-steps", str(cfg.grpo_steps), "--seed", str(cfg.seed),
+                                                         "--no-progress", *tthreads])  # fmt: skip
+                if final.exists():
+                    shutil.rmtree(final)
+                shutil.copytree(gen_grpo / "final", final)
+                generators.append(f"grpo={final}")
+            else:
+                if final.exists():
+                    shutil.rmtree(final)
+                shutil.copytree(gen_sft, final)
+    results: dict = {}
+    for split, n_gen in (("test", cfg.generation_samples), ("human", cfg.human_samples)):
+        report = out / "report" / split
+        ab_args = ["--data", str(data), "--out", str(report), "--split", split, *routers, "--encoder", cfg.encoder,
+                   "--methods", *methods, "--max-samples", str(cfg.eval_samples if split == "test" else 0),
+                   "--generation-samples", str(n_gen), "--max-new-tokens", str(cfg.max_new_tokens),
+                   "--constrained", "--seed", str(cfg.seed), "--no-progress"]  # fmt: skip
+        if generators:
+            ab_args += ["--generators", *generators, "--conditions", "routed", "gold"]
+        else:
+            ab_args += ["--generator", "", "--conditions"]
+        try:
+            step(f"A/B {split}", ab.main, ab_args)
+        except ConfigError as exc:  # a database without human-written questions
+            if split == "human" and "has no samples" in exc.message:
+                print(f"=== A/B human skipped: {cfg.db} has no human-written questions")
+                continue
+            raise
+        results[split] = json.loads((report / "ab_results.json").read_text(encoding="utf-8"))
     results["timings_s"] = timings | {"total": round(sum(timings.values()), 1)}
-    write_json(report / "ab_results.json", results)
+    write_json(out / "report" / "demo_results.json", results)
+    print(summary_table(results))
     print(f"\nwall time per step (s): {timings}  total {results['timings_s']['total']:.0f} s")
-    print(f"report: {report / 'report.md'}")
+    print(f"reports: {out / 'report' / 'test' / 'report.md'} and {out / 'report' / 'human' / 'report.md'}")
+    if cfg.generator:
+        print(f"ask it: python -m generator.ask --router {ppo if cfg.ppo_updates else sft} --generator {final} \"your question\"")
     return results
+
+
+def summary_table(results: dict) -> str:
+    """The demo's closing table: routing full-path accuracy and each generator's execution accuracy,
+    on the generated test split and on the human-written questions, with what each row means."""
+    lines = ["", "what each row means: route = the router's join path is exactly right; sql = the query's rows equal",
+             "the gold query's (Spider's rule). base = the untrained model shown one example; sft = after the warm",
+             "start; grpo = after GRPO; routed = the PPO router's path (else SFT's); gold = the labelled path.", "",
+             f"{'':<22}{'test':>16}{'human':>16}"]  # fmt: skip
+    splits = [s for s in ("test", "human") if s in results]
+
+    def cell(split: str, section: str, key: str, metric: str) -> str:
+        r = results.get(split, {}).get(section, {}).get(key)
+        if not r:
+            return f"{'-':>16}"
+        n = r.get("n", 0)
+        return f"{100 * r.get(metric, 0):>9.1f}% n={n:<4}"
+
+    names = list(dict.fromkeys(k for s in splits for k in results[s].get("routing", {})))
+    for m in names:
+        lines.append(f"{'route ' + m:<22}" + "".join(cell(s, "routing", m, "full_path_acc") for s in ("test", "human")))
+    conds = list(dict.fromkeys(k for s in splits for k in results[s].get("generation", {})))
+    for c in conds:
+        lines.append(f"{'sql ' + c:<22}" + "".join(cell(s, "generation", c, "execution_accuracy") for s in ("test", "human")))
+    return "\n".join(lines)
 
 
 def main(argv: Sequence[str] | None = None) -> dict:

