@@ -61,7 +61,7 @@ class ABConfig:
     """Options of the A/B evaluation."""
 
     data: str
-    """Data set folder written by ``python -m data_pipeline.build``."""
+    """Data set folder written by python -m data_pipeline.build."""
     backend: str = "sqlite"
     """Database the routers read the schema from: sqlite (the data set's own schema) or mongodb (--uri; must hold the data set's schema)."""
     uri: str | None = None
@@ -71,9 +71,9 @@ class ABConfig:
     split: str = "test"
     """Split to evaluate on (test, test_heldout, validation, train)."""
     sft_router: str | None = None
-    """Router folder from ``python -m router.train_sft`` (method ``sft``)."""
+    """Router folder from python -m router.train_sft (method sft)."""
     ppo_router: str | None = None
-    """Router folder from ``python -m router.train_ppo`` (method ``ppo``)."""
+    """Router folder from python -m router.train_ppo (method ppo)."""
     encoder: str = "multilingual-e5-small"
     """Encoder of the untrained retrieval baseline."""
     methods: tuple[str, ...] = ROUTING_METHODS

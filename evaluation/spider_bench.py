@@ -53,9 +53,9 @@ class SpiderBenchConfig:
     """Route Spider's human-written dev questions with a trained router and the retrieval baseline."""
 
     data: Path
-    """Folder written by ``python -m evaluation.spider_data --out`` (one data set folder per database)."""
+    """Folder written by python -m evaluation.spider_data --out (one data set folder per database)."""
     router: Path | None = None
-    """Router checkpoint (e.g. ``python -m router.train_sft --data`` the same folder); needed by method router."""
+    """Router checkpoint (e.g. python -m router.train_sft --data the same folder); needed by method router."""
     out: Path = Path("runs/spider_bench")
     """Folder for spider_results.json, report.md, by_hops.png and predictions.jsonl."""
     methods: tuple[str, ...] = METHODS

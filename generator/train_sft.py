@@ -103,16 +103,18 @@ def answer_loss_batch(model: torch.nn.Module, batch: Sequence[SFTExample], pad_i
     Every chat is ``prompt + target[:-1]``, left-padded to the longest; position ids restart at
     each chat's first real token, so padding changes nothing but the batch's shape. Logits are
     made for the last ``max(len(target))`` positions only, where each chat's answer sits at the
-    end; positions before a shorter answer are masked. One batched pass is ~2.3x faster on two
-    CPU cores than the same chats one by one (benchmarks/bench_grpo.py style probe, 4 x 300 tokens).
+    end; positions before a shorter answer are masked. (On two CPU cores it measured slower than
+    the chats one by one on Northwind: 19 s vs 16 s per step of 8; see ``--pack``.)
 
     Returns:
         ``(loss_sum, n_target_tokens)``, equal (up to float rounding) to the sum of
         :func:`answer_loss_sum` over ``batch``.
     """
     seqs = [ex.prompt_ids + ex.target_ids[:-1] for ex in batch]
-    width = max(len(q) for q in seqs)
-    keep = max(len(ex.target_ids) for ex in batch)
+    # widths rounded up to a multiple of 64: few distinct shapes, so the allocator reuses its
+    # buffers instead of growing (100 steps of free widths reached 18 GB of RSS on SmolLM2)
+    width = -(-max(len(q) for q in seqs) // 64) * 64
+    keep = -(-max(len(ex.target_ids) for ex in batch) // 32) * 32
     ids = torch.full((len(batch), width), pad_id, dtype=torch.long)
     attn = torch.zeros((len(batch), width), dtype=torch.long)
     labels = torch.full((len(batch), keep), -100, dtype=torch.long)
@@ -125,6 +127,25 @@ def answer_loss_batch(model: torch.nn.Module, batch: Sequence[SFTExample], pad_i
     loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1),
                                              ignore_index=-100, reduction="sum")  # fmt: skip
     return loss, int((labels != -100).sum())
+
+
+def micro_batches(batch: Sequence[SFTExample], max_tokens: int) -> list[list[SFTExample]]:
+    """``batch`` sorted by length and cut into groups whose padded size (rows x longest chat)
+    stays within ``max_tokens``: memory grows with that size (attention keeps rows x width^2
+    scores per layer for the backward pass), so one long chat never pads seven short ones.
+
+    >>> ex = lambda n: SFTExample(str(n), [0] * n, [1])
+    >>> [[len(e.prompt_ids) for e in m] for m in micro_batches([ex(300), ex(100), ex(120), ex(900)], 800)]
+    [[100, 120], [300], [900]]
+    """
+    out: list[list[SFTExample]] = []
+    for ex in sorted(batch, key=lambda e: len(e.prompt_ids) + len(e.target_ids)):
+        width = len(ex.prompt_ids) + len(ex.target_ids)
+        if out and (len(out[-1]) + 1) * width <= max_tokens:
+            out[-1].append(ex)
+        else:
+            out.append([ex])
+    return out
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
@@ -175,10 +196,10 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         n_tokens = sum(len(ex.target_ids) for ex in batch)
         loss_total = 0.0
         if cfg.pack:
-            batch.sort(key=lambda ex: len(ex.prompt_ids) + len(ex.target_ids))
-            loss_sum, _ = answer_loss_batch(model, batch, pad_id)
-            (loss_sum / n_tokens).backward()
-            loss_total = float(loss_sum.detach())
+            for micro in micro_batches(batch, cfg.pack_tokens):
+                loss_sum, _ = answer_loss_batch(model, micro, pad_id)
+                (loss_sum / n_tokens).backward()
+                loss_total += float(loss_sum.detach())
         else:
             for ex in batch:
                 loss_sum, _ = answer_loss_sum(model, ex)

@@ -173,11 +173,11 @@ class EvalConfig:
     """Options of ``python -m router.evaluate``."""
 
     router: tuple[Path, ...]
-    """Router checkpoint folders (``router.train_sft`` / ``router.train_ppo --out``); each is scored."""
+    """Router checkpoint folders (router.train_sft / router.train_ppo --out); each is scored."""
     data: Path
-    """Data set folder (``python -m data_pipeline.build``) whose questions are routed."""
+    """Data set folder (python -m data_pipeline.build) whose questions are routed."""
     splits: tuple[str, ...] = ("test", "test_heldout", "human")
-    """Splits scored, each on its own; ``a+b`` scores splits a and b together as one group; human is the human-written set (when the data set has one)."""
+    """Splits scored, each on its own; a+b scores splits a and b together as one group; human is the human-written set (when the data set has one)."""
     exclude: tuple[Path, ...] = ()
     """Data set folders whose questions are not scored: a sample of ``--data`` is dropped when one of
     theirs has the same :func:`seed_key` (e.g. the router's training data, for ``--data`` built with
@@ -185,11 +185,11 @@ class EvalConfig:
     failures: bool = False
     """Also print every wrongly routed question with its gold and predicted path."""
     retarget: bool = False
-    """Allow routers trained on another schema (``Router.from_pretrained(retarget=True)``)."""
+    """Allow routers trained on another schema (Router.from_pretrained(retarget=True))."""
     threads: int = 0
     """Torch CPU threads (0: all cores)."""
     out: Path | None = None
-    """Also write ``{router: {group: metrics}}`` as JSON here."""
+    """Also write {router: {group: metrics}} as JSON here."""
 
     def __post_init__(self) -> None:
         if not self.router:

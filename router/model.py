@@ -88,13 +88,13 @@ class RouterModelConfig:
     max_table_tokens: int = 64
     """Table texts are cut at this many tokens."""
     query_prefix: str = "query: "
-    """Put before every question (e5 expects ``"query: "``; filled in from the encoder)."""
+    """Put before every question (e5 expects "query: "; filled in from the encoder)."""
     passage_prefix: str = "passage: "
     """Put before every table text (filled in from the encoder)."""
     pooling: str = "mean"
-    """Sentence pooling of the encoder (``mean`` or ``cls``)."""
+    """Sentence pooling of the encoder (mean or cls)."""
     n_link_features: int = len(LINK_FEATURES)
-    """Lexical link features per (question, table); see :func:`router.text.link_features`."""
+    """Lexical link features per (question, table); see router.text.link_features."""
 
     def __post_init__(self) -> None:
         if not 0 <= self.trainable_layers <= self.num_layers:

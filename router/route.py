@@ -403,7 +403,7 @@ class RouteConfig:
     """Options of ``python -m router.route``."""
 
     router: Path
-    """Router checkpoint folder (from ``python -m router.train_sft`` or PPO)."""
+    """Router checkpoint folder (from python -m router.train_sft or PPO)."""
     questions: Annotated[tuple[str, ...], tyro.conf.Positional] = ()
     """Questions to route (or use --file)."""
     file: Path | None = None

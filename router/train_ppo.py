@@ -1,4 +1,4 @@
-"""PPO fine-tuning of the router from its SFT checkpoint (phase 2 of seed 002).
+"""PPO fine-tuning of the router from its SFT checkpoint (the second training phase).
 
     python -m router.train_ppo --init runs/sft/northwind --data runs/data/northwind --out runs/ppo/northwind
 
@@ -118,21 +118,21 @@ class PPOConfig:
     """Options of ``python -m router.train_ppo`` (see the module docstring for presets and metrics)."""
 
     data: Path
-    """Data set folder written by ``python -m data_pipeline.build`` (schema.json + samples.jsonl)."""
+    """Data set folder written by python -m data_pipeline.build (schema.json + samples.jsonl)."""
     init: Path
-    """SFT checkpoint (``python -m router.train_sft --out``): actor and critic both start from it."""
+    """SFT checkpoint (python -m router.train_sft --out): actor and critic both start from it."""
     out: Path
     """Folder for the final router (replaced atomically at the end)."""
     preset: Literal["fast", "golden"] = "fast"
-    """Named settings: ``fast`` (measurable within minutes on 2 cores) or seed 002's ``golden`` config."""
+    """Named settings: fast (measurable within minutes on 2 cores) or golden (the conservative settings that kept PPO from collapsing)."""
     actor_lr: float = 5e-6
     """Peak learning rate of the actor (trainable encoder layers and the three heads)."""
     critic_lr: float = 1e-4
-    """Peak learning rate of the critic (value head); higher than the actor's (seed 002)."""
+    """Peak learning rate of the critic (value head); higher than the actor's."""
     clip_range: float = 0.1
     """PPO clip range epsilon: the ratio is clipped to [1 - eps, 1 + eps]."""
     target_kl: float = 0.1
-    """Stop an update's epochs when a minibatch's approx_kl exceeds this (seed 002: 0.1)."""
+    """Stop an update's epochs when a minibatch's approx_kl exceeds this (0.1 by default)."""
     total_updates: int = 30
     """PPO updates (rollout + optimisation) in the whole run."""
     n_envs: int = 16
@@ -152,7 +152,7 @@ class PPOConfig:
     normalize_advantage: bool = True
     """Normalise advantages to mean 0, std 1 within each minibatch."""
     reward_clip: float = 2.0
-    """Rewards are clipped to [-reward_clip, reward_clip] before GAE (seed 002: 2)."""
+    """Rewards are clipped to [-reward_clip, reward_clip] before GAE (2 by default)."""
     ent_coef: float = 0.0
     """Entropy bonus weight."""
     vf_coef: float = 0.5

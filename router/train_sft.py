@@ -86,7 +86,7 @@ class SFTConfig:
     out: Path
     """Checkpoint folder to write (replaced atomically at the end)."""
     encoder: str = DEFAULT_ENCODER
-    """Encoder: ``multilingual-e5-small``, ``all-MiniLM-L6-v2`` or a Hugging Face directory."""
+    """Encoder: multilingual-e5-small, all-MiniLM-L6-v2 or a Hugging Face directory."""
     init: Path | None = None
     """Start from this router checkpoint instead of a fresh one (its schema may differ)."""
     trainable_layers: int = 3
@@ -112,7 +112,7 @@ class SFTConfig:
     max_grad_norm: float = 1.0
     """Gradient norm clip."""
     via_nonnull_weight: float = 10.0
-    """Via loss weight of a sample whose gold via is not null (seed 002: 10x)."""
+    """Via loss weight of a sample whose gold via is not null (10x: most via labels are null)."""
     class_balance: float = 0.5
     """Power of the inverse class frequency in each head's sample weights (0: no balancing)."""
     value_weight: float = 1.0
