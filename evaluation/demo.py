@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from data_pipeline.cli import parse, run_main
-from data_pipeline.errors import ConfigError
+from data_pipeline.errors import ConfigError, Route2SQLError
 from data_pipeline.io import ensure_writable_dir, write_json
 
 
@@ -49,20 +49,20 @@ class DemoConfig:
     """Router SFT epochs at most (early stopping on validation)."""
     ppo_updates: int = 12
     """Router PPO updates (0 skips PPO)."""
-    gen_sft_steps: int = 100
+    gen_sft_steps: int = 30
     """Generator warm-start steps (batches of --gen-batch-size gold answers; 0 skips generator training)."""
     gen_batch_size: int = 8
     """Gold answers per generator warm-start step."""
-    grpo_steps: int = 8
+    grpo_steps: int = 4
     """GRPO steps after the warm start (0 skips GRPO; the warm start is then the final generator)."""
     num_generations: int = 8
     """Completions per GRPO prompt (the group the advantage is computed over)."""
     eval_samples: int = 0
     """Test questions routed by every method (0 = the whole test split)."""
-    generation_samples: int = 24
+    generation_samples: int = 16
     """Test questions each generator answers under each path condition (0 = all)."""
-    human_samples: int = 0
-    """Human-written questions each generator answers under each path condition (0 = all of them)."""
+    human_samples: int = 24
+    """Human-written questions each generator answers under each path condition (0 = all of them; routing is scored on all)."""
     max_new_tokens: int = 128
     """Tokens per generated answer at most (SQL only: Northwind's longest gold query is about 100)."""
     seed: int = 0
@@ -138,8 +138,10 @@ def run_demo(cfg: DemoConfig) -> dict:
                                                        "gate_proj", "up_proj", "down_proj",
                                                        "--seed", str(cfg.seed), "--no-progress", *tthreads])  # fmt: skip
             generators.append(f"sft={gen_sft}")
+            grpo_ok = False
             if cfg.grpo_steps > 0:
-                step("generator GRPO", train_grpo.main, ["--data", str(data), "--init", str(gen_sft), "--out", str(gen_grpo),
+                try:
+                    step("generator GRPO", train_grpo.main, ["--data", str(data), "--init", str(gen_sft), "--out", str(gen_grpo),
                                                          *PROMPT, "--max-steps", str(cfg.grpo_steps),
                                                          "--num-generations", str(cfg.num_generations),
                                                          "--max-completion-length", str(cfg.max_new_tokens),
@@ -147,14 +149,15 @@ def run_demo(cfg: DemoConfig) -> dict:
                                                          "--dynamic-sampling-signal", "execution", "--smoke-samples", "6",
                                                          "--save-steps", str(cfg.grpo_steps), "--seed", str(cfg.seed),
                                                          "--no-progress", *tthreads])  # fmt: skip
-                if final.exists():
-                    shutil.rmtree(final)
-                shutil.copytree(gen_grpo / "final", final)
+                    grpo_ok = True
+                except Route2SQLError as exc:  # the smoke test refused: too short a warm start for this database
+                    print(f"=== generator GRPO skipped: {exc}", flush=True)
+                    timings["generator GRPO"] = 0.0
+            if final.exists():
+                shutil.rmtree(final)
+            shutil.copytree(gen_grpo / "final" if grpo_ok else gen_sft, final)
+            if grpo_ok:
                 generators.append(f"grpo={final}")
-            else:
-                if final.exists():
-                    shutil.rmtree(final)
-                shutil.copytree(gen_sft, final)
     results: dict = {}
     for split, n_gen in (("test", cfg.generation_samples), ("human", cfg.human_samples)):
         report = out / "report" / split
