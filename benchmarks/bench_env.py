@@ -37,9 +37,9 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the package from this checkout
 
 from bench_common import machine  # noqa: E402
-from data_pipeline.cli import parse, run_main  # noqa: E402
-from data_pipeline.dataset import load_dataset  # noqa: E402
-from data_pipeline.io import write_json  # noqa: E402
+from core.cli import parse, run_main  # noqa: E402
+from core.dataset import load_dataset  # noqa: E402
+from core.io import write_json  # noqa: E402
 from envs import EncoderFeaturizer, FeatureTable, HashedNgramFeaturizer, SchemaRoutingEnv  # noqa: E402
 from rewards.router import path_reward_components  # noqa: E402
 

@@ -48,8 +48,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from data_pipeline.cli import parse, run_main
-from data_pipeline.errors import ConfigError
+from core.cli import parse, run_main
+from core.errors import ConfigError
 
 GENERATIONS = 8
 NEW_TOKENS = 64
@@ -131,7 +131,7 @@ class Args:
 def bench_prompt(data: Path) -> dict[str, Any]:
     """The benchmark's prompt: the answer-format instruction, the route, the join skeleton and
     the question of the first one-join training sample (no schema listing: ~165 tokens)."""
-    from data_pipeline.dataset import load_dataset
+    from core.dataset import load_dataset
     from generator.prompt import system_message
 
     ds = load_dataset(data)
@@ -168,8 +168,8 @@ def run_ours(payload: dict[str, Any], mode: str, args: Args) -> dict[str, Any]:
     import torch
     from accelerate import Accelerator
 
-    from data_pipeline.graph import JoinPath
-    from data_pipeline.samples import Sample
+    from core.graph import JoinPath
+    from core.samples import Sample
     from generator.config import GRPOConfig
     from generator.generate import CompletionScorer, prompt_token_ids
     from generator.models import load_generator, make_reference_model
@@ -423,7 +423,7 @@ def main() -> None:
             print(f"{mode}: ours is {speed:.2f}x faster per step and uses {mem:.2f}x less {what} than TRL "
                   f"{theirs.get('trl_version', '?')} (ratios above 1 favour ours)")  # fmt: skip
     if args.json_out:
-        from data_pipeline.io import write_json
+        from core.io import write_json
 
         write_json(args.json_out, {"machine": machine, "results": results})
 

@@ -56,7 +56,7 @@ from data_pipeline.backends.mongo_pipeline import (  # noqa: E402
     gold_pipeline,
 )
 from data_pipeline.backends.sqlite import SQLiteExecutor  # noqa: E402
-from data_pipeline.cli import parse, run_main  # noqa: E402
+from core.cli import parse, run_main  # noqa: E402
 from data_pipeline.mongo_load import LoadConfig, load  # noqa: E402
 from rewards.sql_execution import normalize_rows, results_match  # noqa: E402
 
@@ -217,7 +217,7 @@ def lookup_chain(db: Any, conn_path: Path, country: str, repeats: int) -> list[d
 def routing(uri: str, ds: Any, router_dir: Path | None) -> dict[str, Any]:
     """Route the test split over the schema introspected from MongoDB and over the SQLite one."""
     from data_pipeline.backends.mongodb import introspect_mongodb
-    from data_pipeline.graph import SchemaGraph
+    from core.graph import SchemaGraph
     from router.evaluate import evaluate_router
 
     mongo_graph = SchemaGraph(introspect_mongodb(uri), max_hops=ds.graph.max_hops)

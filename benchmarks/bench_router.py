@@ -31,8 +31,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the package from this checkout
 
 from bench_common import machine  # noqa: E402
-from data_pipeline.cli import parse, run_main  # noqa: E402
-from data_pipeline.dataset import load_dataset  # noqa: E402
+from core.cli import parse, run_main  # noqa: E402
+from core.dataset import load_dataset  # noqa: E402
 from router.route import Router  # noqa: E402
 from router.train_sft import SFTConfig, train  # noqa: E402
 
@@ -128,7 +128,7 @@ def main() -> dict:
     print(f"| route one question, p50 / p95 | {results['route_one_ms']['p50']} / {results['route_one_ms']['p95']} ms |")
     print(f"| route_batch(64) throughput | {results['batch64_questions_per_s']} questions/s |")
     if args.out is not None:
-        from data_pipeline.io import write_json
+        from core.io import write_json
 
         write_json(args.out, results)
     return results

@@ -32,8 +32,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_common import machine  # noqa: E402
 
 from data_pipeline.backends.sqlite import SQLiteExecutor, connect_readonly, execute_readonly
-from data_pipeline.cli import parse, run_main
-from data_pipeline.errors import Route2SQLError
+from core.cli import parse, run_main
+from core.errors import Route2SQLError
 from rewards.sql_execution import ExecutionScorer
 
 

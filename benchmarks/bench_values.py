@@ -3,7 +3,7 @@
     python benchmarks/bench_values.py                      # northwind, chinook, hospital, projects
     python benchmarks/bench_values.py --dbs northwind my.sqlite
 
-For each database the index is built from the database (:meth:`data_pipeline.values.ValueIndex.build`,
+For each database the index is built from the database (:meth:`core.values.ValueIndex.build`,
 median of ``--build-rounds``), then every question of its packaged human-written set (or, for a
 database without one, 200 generated questions of a fresh build) is looked up ``--rounds`` times
 after a warm-up; p50 / p95 / max are over all lookups. The reference measured in the same run is
@@ -26,9 +26,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the package from
 
 from bench_common import machine  # noqa: E402
 from data_pipeline.backends.registry import load_backend  # noqa: E402
-from data_pipeline.cli import parse, run_main  # noqa: E402
+from core.cli import parse, run_main  # noqa: E402
 from data_pipeline.human_sets import packaged_human_file  # noqa: E402
-from data_pipeline.values import ValueIndex  # noqa: E402
+from core.values import ValueIndex  # noqa: E402
 
 
 @dataclass

@@ -6,10 +6,10 @@ The verbs a user needs are exported here::
 """
 
 from data_pipeline.pipeline import BuildConfig, build_dataset
-from data_pipeline.dataset import BuiltDataset, load_dataset, save_dataset
-from data_pipeline.graph import JoinPath, SchemaGraph
-from data_pipeline.samples import Entity, Sample, load_samples, save_samples
-from data_pipeline.schema import Column, ForeignKey, Schema, Table, introspect, quote_ident
+from core.dataset import BuiltDataset, load_dataset, save_dataset
+from core.graph import JoinPath, SchemaGraph
+from core.samples import Entity, Sample, load_samples, save_samples
+from core.schema import Column, ForeignKey, Schema, Table, introspect, quote_ident
 
 __all__ = [
     "BuildConfig",

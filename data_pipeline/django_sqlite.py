@@ -13,8 +13,8 @@ import sqlite3
 from dataclasses import dataclass, replace
 from typing import Any
 
-from data_pipeline.errors import DataError
-from data_pipeline.schema import quote_ident
+from core.errors import DataError
+from core.schema import quote_ident
 from data_pipeline.sqlite_build import serialize_database
 
 _DJANGO_TYPES: dict[str, str] = {

@@ -21,7 +21,7 @@ import sqlite3
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from data_pipeline.schema import Column, Schema, Table, quote_ident
+from core.schema import Column, Schema, Table, quote_ident
 
 NAME_HINTS = ("name", "title", "company", "desc")
 """Column-name fragments that mark a name-like column (``CompanyName``, ``title``)."""

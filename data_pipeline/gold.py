@@ -12,8 +12,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from data_pipeline.graph import JoinPath, SchemaGraph
-from data_pipeline.schema import quote_ident
+from core.graph import JoinPath, SchemaGraph
+from core.schema import quote_ident
 
 AGGREGATE_FAMILIES = ("count", "agg")
 """Families whose gold SQL aggregates (one row)."""
@@ -100,7 +100,7 @@ def gold_sql(graph: SchemaGraph, path: JoinPath, plan: Plan, value: Any = None, 
 
     A plan without a filter value (``plan.filtered`` False) ignores ``value``/``second`` and has no WHERE.
 
-    >>> from data_pipeline.schema import Schema, Table, Column, ForeignKey
+    >>> from core.schema import Schema, Table, Column, ForeignKey
     >>> s = Schema("s", (Table("a", (Column("id", primary_key=True), Column("name"))),
     ...                  Table("b", (Column("id", primary_key=True), Column("a_id"), Column("qty")))),
     ...            (ForeignKey("b", "a_id", "a", "id"),))

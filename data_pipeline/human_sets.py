@@ -15,9 +15,9 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from data_pipeline.errors import DataError
-from data_pipeline.graph import JoinPath, SchemaGraph
-from data_pipeline.samples import LANGUAGES, Sample
+from core.errors import DataError
+from core.graph import JoinPath, SchemaGraph
+from core.samples import LANGUAGES, Sample
 
 if TYPE_CHECKING:
     from data_pipeline.backends.registry import Backend

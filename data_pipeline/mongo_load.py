@@ -33,12 +33,12 @@ from pymongo.errors import BulkWriteError, PyMongoError
 
 from data_pipeline.backends.mongodb import METADATA_COLLECTION, METADATA_FORMAT, connect, database_name
 from data_pipeline.backends.sqlite import connect_readonly
-from data_pipeline.cli import parse, run_main
-from data_pipeline.dataset import load_dataset
+from core.cli import parse, run_main
+from core.dataset import load_dataset
 from data_pipeline.datasets import description_file, resolve_database
 from data_pipeline.sample_databases import is_sample_name
-from data_pipeline.errors import ConfigError, DataError, SchemaError
-from data_pipeline.schema import Schema, Table, introspect, quote_ident
+from core.errors import ConfigError, DataError, SchemaError
+from core.schema import Schema, Table, introspect, quote_ident
 
 
 @dataclass
@@ -143,7 +143,7 @@ def load_sqlite_into_mongo(sqlite_path: str | Path, db: Database, schema: Schema
     Args:
         sqlite_path: the SQLite file (opened read-only).
         db: the target database.
-        schema: the file's schema (:func:`~data_pipeline.schema.introspect`), declared as is.
+        schema: the file's schema (:func:`~core.schema.introspect`), declared as is.
         replace: drop non-empty collections of the same names first.
         batch_size: documents per insert.
 

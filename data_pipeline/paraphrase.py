@@ -29,7 +29,7 @@ import urllib.request
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
-from data_pipeline.errors import ConfigError
+from core.errors import ConfigError
 
 SLOTS = ("{E1}", "{E2}")
 

@@ -3,7 +3,7 @@
 The database is read (read-only) and its legal join paths enumerated; the stages in
 :data:`data_pipeline.stages.STAGES` write, paraphrase, fill and grade questions for every path;
 :func:`~data_pipeline.splits.assign_splits` splits them; the folder gets ``schema.json``,
-``samples.jsonl`` (record schema in :mod:`data_pipeline.samples`) and ``summary.json``. The same
+``samples.jsonl`` (record schema in :mod:`core.samples`) and ``summary.json``. The same
 seed gives the same files. The command line is ``python -m data_pipeline.build``
 (:mod:`data_pipeline.build`), which prints the summary too.
 
@@ -39,21 +39,21 @@ from pathlib import Path
 from typing import Any
 
 from data_pipeline.backends.registry import Backend, check_backend_options, load_backend, open_backend
-from data_pipeline.dataset import BuiltDataset, save_dataset
+from core.dataset import BuiltDataset, save_dataset
 from data_pipeline.datasets import SAMPLE_NAMES, description_file, resolve_database
 from data_pipeline.entities import profile_columns
-from data_pipeline.errors import ConfigError, DataError
-from data_pipeline.graph import DEFAULT_MAX_HOPS, JoinPath, SchemaGraph
+from core.errors import ConfigError, DataError
+from core.graph import DEFAULT_MAX_HOPS, JoinPath, SchemaGraph
 from data_pipeline.human_sets import load_human_questions, packaged_human_file
-from data_pipeline.io import cache_dir, ensure_writable_dir
+from core.io import cache_dir, ensure_writable_dir
 from data_pipeline.paraphrase import LLMParaphraser, Paraphraser, RuleParaphraser
 from data_pipeline.quality import route_ambiguity
-from data_pipeline.samples import DIFFICULTIES, GENERATED_SPLITS, LANGUAGES
+from core.samples import DIFFICULTIES, GENERATED_SPLITS, LANGUAGES
 from data_pipeline.splits import assign_splits
 from data_pipeline.stages import StageContext, run_stages
 from data_pipeline.synthesize import ROWS_PER_TABLE, synthesize_rows
 from data_pipeline.templates import heldout_template_ids
-from data_pipeline.values import ValueIndex, ValueIndexConfig, copy_columns
+from core.values import ValueIndex, ValueIndexConfig, copy_columns
 
 MAX_SAMPLES_PER_PATH = 1000
 """Most questions per path a build may ask for (more only repeats the templates and fills memory)."""

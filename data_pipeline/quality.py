@@ -13,8 +13,8 @@ Two masks, because a value names its table (value linking finds "Tunnbröd" in P
   that name an entity by its value alone ("Which customers ordered <E>?") are ambiguous under
   this mask by design, so it is reported, not bounded.
 
->>> from data_pipeline.graph import JoinPath
->>> from data_pipeline.samples import Entity, Sample
+>>> from core.graph import JoinPath
+>>> from core.samples import Entity, Sample
 >>> a = Sample("1", "s", "teachers of course Math", "en", JoinPath("c", (), "t"), "", (Entity("c", "n", "Math", "Math"),))
 >>> b = Sample("2", "s", "teachers of course Art", "en", JoinPath("c", ("d",), "t"), "", (Entity("c", "n", "Art", "Art"),))
 >>> masked_question(a, by_table=True)
@@ -28,7 +28,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Sequence
 
-from data_pipeline.samples import Sample
+from core.samples import Sample
 
 
 def masked_question(sample: Sample, *, by_table: bool) -> str:

@@ -17,7 +17,7 @@ Question generation (:mod:`data_pipeline.stages`) uses these to write the verb a
 templates of :mod:`data_pipeline.templates`; a table the lexicon does not know simply gets the
 templates without a verb.
 
->>> from data_pipeline.schema import Table, Column
+>>> from core.schema import Table, Column
 >>> s = Table("Suppliers", (Column("CompanyName"),), description="companies that supply the products", zh="供应商")
 >>> agent_verb(s, "en"), agent_verb(s, "zh"), is_person(s)
 (Verb(base='supply', past='supplied', zh='供应'), Verb(base='supply', past='supplied', zh='供应'), True)
@@ -33,7 +33,7 @@ import re
 from dataclasses import dataclass
 from functools import lru_cache
 
-from data_pipeline.schema import Table, humanize
+from core.schema import Table, humanize
 
 
 @dataclass(frozen=True)

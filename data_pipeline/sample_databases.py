@@ -26,9 +26,9 @@ from pathlib import Path
 
 from data_pipeline.archives import ArchiveFile, cached_build, fetch_member
 from data_pipeline.django_sqlite import sqlite_from_django
-from data_pipeline.errors import SchemaError
+from core.errors import SchemaError
 from data_pipeline.hospital_sqlite import build_hospital
-from data_pipeline.io import cache_dir
+from core.io import cache_dir
 from data_pipeline.projects_sqlite import build_projects
 from data_pipeline.sqlite_build import sqlite_from_dump
 

@@ -1,4 +1,4 @@
-"""Spider schemas as :class:`~data_pipeline.schema.Schema` objects, straight from ``tables.json``.
+"""Spider schemas as :class:`~core.schema.Schema` objects, straight from ``tables.json``.
 
 Spider ships no row data for its schemas; this converter keeps names, types and keys so the
 schema graph and its legal paths can be built (for evaluation and benchmarks, never training).
@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from data_pipeline.errors import DataError
-from data_pipeline.schema import Column, ForeignKey, Schema, Table
+from core.errors import DataError
+from core.schema import Column, ForeignKey, Schema, Table
 
 SPIDER_TYPES: dict[str, str] = {"text": "TEXT", "number": "NUMERIC", "time": "DATETIME", "boolean": "BOOLEAN", "others": "BLOB"}
 """Declared type for each Spider ``column_types`` value (as in ``data_pipeline.datasets``)."""

@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from data_pipeline.archives import ArchiveFile, cached_build, fetch_member
-from data_pipeline.errors import DataError, SchemaError
-from data_pipeline.io import atomic_write_bytes, cache_dir
-from data_pipeline.schema import quote_ident
+from core.errors import DataError, SchemaError
+from core.io import atomic_write_bytes, cache_dir
+from core.schema import quote_ident
 from data_pipeline.spider import SPIDER_TYPES
 from data_pipeline.sqlite_build import serialize_database
 

@@ -17,8 +17,8 @@ import random
 from collections import defaultdict
 from collections.abc import Collection
 
-from data_pipeline.errors import ConfigError
-from data_pipeline.samples import Sample
+from core.errors import ConfigError
+from core.samples import Sample
 
 SPLIT_NAMES = ("train", "validation", "test")
 DEFAULT_RATIOS = (0.70, 0.15, 0.15)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import sqlite3
 
-from data_pipeline.errors import DataError
+from core.errors import DataError
 
 
 def serialize_database(conn: sqlite3.Connection, where: str, check_rows: bool = True) -> bytes:
@@ -27,7 +27,7 @@ def serialize_database(conn: sqlite3.Connection, where: str, check_rows: bool = 
     >>> serialize_database(conn, "dump.sql")
     Traceback (most recent call last):
     ...
-    data_pipeline.errors.DataError: dump.sql: 1 rows break a foreign key, e.g. b rowid 1 -> a
+    core.errors.DataError: dump.sql: 1 rows break a foreign key, e.g. b rowid 1 -> a
 
     Raises:
         DataError: rows break a foreign key (how many, and the first one).

@@ -38,11 +38,11 @@ from typing import TYPE_CHECKING, Any, Protocol
 from data_pipeline.backends.mongo_pipeline import Condition
 from data_pipeline.entities import TableProfile, fuzz, fuzzable
 from data_pipeline.gold import Plan, gold_sql
-from data_pipeline.graph import JoinPath, SchemaGraph
+from core.graph import JoinPath, SchemaGraph
 from data_pipeline.paraphrase import Paraphraser
 from data_pipeline.relations import agent_verb, agent_verbs, is_event, is_person, table_synonyms
-from data_pipeline.samples import Entity, Sample
-from data_pipeline.schema import Schema, Table, humanize
+from core.samples import Entity, Sample
+from core.schema import Schema, Table, humanize
 from data_pipeline.templates import (
     AGG_WORDS,
     FAMILIES_BY_SCOPE,

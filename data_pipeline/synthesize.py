@@ -51,9 +51,9 @@ from pathlib import Path
 from typing import Any
 
 from data_pipeline.datasets import resolve_database
-from data_pipeline.errors import ConfigError, SchemaError
-from data_pipeline.io import ensure_writable_dir
-from data_pipeline.schema import humanize, quote_ident
+from core.errors import ConfigError, SchemaError
+from core.io import ensure_writable_dir
+from core.schema import humanize, quote_ident
 from data_pipeline.templates import singular
 
 ROWS_PER_TABLE = 30

@@ -33,7 +33,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from data_pipeline.schema import Column, Table, humanize
+from core.schema import Column, Table, humanize
 
 HELDOUT_EVERY = 4
 """One template in this many (per family, scope and language) is held out."""

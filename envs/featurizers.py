@@ -37,9 +37,9 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 from gymnasium import spaces
 
-from data_pipeline.errors import ConfigError, DataError
-from data_pipeline.io import atomic_write_bytes, cache_dir
-from data_pipeline.samples import Sample
+from core.errors import ConfigError, DataError
+from core.io import atomic_write_bytes, cache_dir
+from core.samples import Sample
 
 
 @runtime_checkable

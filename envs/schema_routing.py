@@ -11,10 +11,10 @@ import numpy as np
 from gymnasium import spaces
 from gymnasium.error import InvalidAction, ResetNeeded
 
-from data_pipeline.dataset import load_dataset
-from data_pipeline.errors import ConfigError, DataError
-from data_pipeline.graph import JoinPath, SchemaGraph
-from data_pipeline.samples import SPLITS, Sample
+from core.dataset import load_dataset
+from core.errors import ConfigError, DataError
+from core.graph import JoinPath, SchemaGraph
+from core.samples import SPLITS, Sample
 from envs.featurizers import EncoderFeaturizer, FeatureTable, HashedNgramFeaturizer, QuestionFeaturizer
 from rewards.router import RewardConfig, path_reward_components
 

@@ -16,7 +16,7 @@ from typing import Any, SupportsFloat
 
 import gymnasium as gym
 
-from data_pipeline.errors import ConfigError
+from core.errors import ConfigError
 
 RESERVED_NAMES = ("env_reward", "shaped")
 
@@ -84,7 +84,7 @@ class RewardShapingWrapper(gym.Wrapper[Any, Any, Any, Any]):
     >>> RewardShapingWrapper(gym.make("CartPole-v1"), {"upright": lambda t: 0.0}, {"uprite": 1.0})
     Traceback (most recent call last):
     ...
-    data_pipeline.errors.ConfigError: weights['uprite']: no component of that name (components: ['upright'])
+    core.errors.ConfigError: weights['uprite']: no component of that name (components: ['upright'])
     """
 
     def __init__(

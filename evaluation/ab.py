@@ -43,12 +43,12 @@ from pathlib import Path
 from typing import Any, Literal
 
 from data_pipeline.backends.registry import check_backend_options, open_backend
-from data_pipeline.cli import parse, run_main
-from data_pipeline.dataset import BuiltDataset, load_dataset
-from data_pipeline.errors import ConfigError, Route2SQLError
-from data_pipeline.graph import JoinPath, SchemaGraph
-from data_pipeline.io import ensure_writable_dir
-from data_pipeline.samples import SPLITS, Sample
+from core.cli import parse, run_main
+from core.dataset import BuiltDataset, load_dataset
+from core.errors import ConfigError, Route2SQLError
+from core.graph import JoinPath, SchemaGraph
+from core.io import ensure_writable_dir
+from core.samples import SPLITS, Sample
 from generator.prompt import PromptSettings, check_schema_detail
 from router.evaluate import PathPredictor, path_metrics
 
@@ -221,7 +221,7 @@ def select_samples(samples: Sequence[Sample], n: int) -> list[Sample]:
     The paths take turns by hop count (first 0-hop path, first 1-hop path, ..., second 0-hop
     path, ...), so a small ``n`` covers every hop count even when the split is sorted by path.
 
-    >>> from data_pipeline.graph import JoinPath
+    >>> from core.graph import JoinPath
     >>> mk = lambda i, a, t=None: Sample(str(i), "db", "q", "en", JoinPath(a, (), t or a), "SELECT 1")
     >>> [s.id for s in select_samples([mk(0, "a"), mk(1, "a"), mk(2, "b"), mk(3, "b")], 2)]
     ['0', '2']

@@ -23,7 +23,7 @@ from collections.abc import Sequence
 import networkx as nx
 import torch
 
-from data_pipeline.graph import JoinPath, SchemaGraph
+from core.graph import JoinPath, SchemaGraph
 from router.backbones import DEFAULT_ENCODER, TextEncoder
 from router.text import table_text
 

@@ -26,9 +26,9 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from data_pipeline.cli import parse, run_main
-from data_pipeline.errors import ConfigError, Route2SQLError
-from data_pipeline.io import ensure_writable_dir, write_json
+from core.cli import parse, run_main
+from core.errors import ConfigError, Route2SQLError
+from core.io import ensure_writable_dir, write_json
 
 
 @dataclass

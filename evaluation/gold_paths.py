@@ -27,7 +27,7 @@ import networkx as nx
 import sqlglot
 from sqlglot import exp
 
-from data_pipeline.graph import JoinPath, SchemaGraph
+from core.graph import JoinPath, SchemaGraph
 
 
 @dataclass(frozen=True)
@@ -58,7 +58,7 @@ def _own(node: exp.Expression, select: exp.Select) -> bool:
 def derive_gold_path(sql: str, graph: SchemaGraph) -> SpiderGold:
     """Apply the module's rule to ``sql`` over ``graph``'s schema.
 
-    >>> from data_pipeline.schema import Schema, Table, Column, ForeignKey
+    >>> from core.schema import Schema, Table, Column, ForeignKey
     >>> s = Schema("concert", (Table("singer", (Column("singer_id"), Column("name"))),
     ...     Table("concert", (Column("concert_id"), Column("year"))),
     ...     Table("singer_in_concert", (Column("singer_id"), Column("concert_id")))),

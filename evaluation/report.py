@@ -8,9 +8,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from data_pipeline.graph import JoinPath
-from data_pipeline.io import atomic_write_bytes, atomic_write_text, write_json
-from data_pipeline.samples import Sample
+from core.graph import JoinPath
+from core.io import atomic_write_bytes, atomic_write_text, write_json
+from core.samples import Sample
 
 ROUTE_COLS = ("anchor_acc", "via_acc", "target_acc", "full_path_acc", "table_set_acc", "nonnull_via_acc")
 EXEC_COLS = ("execution_success", "execution_accuracy", "execution_f1", "empty_result_rate")

@@ -35,11 +35,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from data_pipeline.cli import parse, run_main
-from data_pipeline.dataset import load_dataset
-from data_pipeline.errors import ConfigError
-from data_pipeline.graph import JoinPath
-from data_pipeline.io import atomic_write_bytes, atomic_write_text, ensure_writable_dir, write_json, write_jsonl
+from core.cli import parse, run_main
+from core.dataset import load_dataset
+from core.errors import ConfigError
+from core.graph import JoinPath
+from core.io import atomic_write_bytes, atomic_write_text, ensure_writable_dir, write_json, write_jsonl
 from evaluation.gold_paths import SpiderGold, derive_gold_path
 from evaluation.report import _md_table, _pct
 from router.backbones import DEFAULT_ENCODER

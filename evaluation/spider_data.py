@@ -27,11 +27,11 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from data_pipeline.cli import parse, run_main
+from core.cli import parse, run_main
 from data_pipeline.datasets import spider_dev, spider_schema_sqlite
-from data_pipeline.errors import DataError
-from data_pipeline.graph import DEFAULT_MAX_HOPS
-from data_pipeline.io import ensure_writable_dir, write_json
+from core.errors import DataError
+from core.graph import DEFAULT_MAX_HOPS
+from core.io import ensure_writable_dir, write_json
 from data_pipeline.pipeline import BuildConfig, build_dataset
 from data_pipeline.synthesize import ROWS_PER_TABLE
 

@@ -23,9 +23,9 @@ import numpy as np
 import torch
 from stable_baselines3 import PPO
 
-from data_pipeline.cli import parse, run_main
-from data_pipeline.errors import ConfigError
-from data_pipeline.io import write_json
+from core.cli import parse, run_main
+from core.errors import ConfigError
+from core.io import write_json
 from envs import RewardShapingWrapper
 
 

@@ -26,7 +26,7 @@ import torch
 from stable_baselines3 import PPO
 
 from data_pipeline import BuildConfig, build_dataset
-from data_pipeline.cli import parse, run_main
+from core.cli import parse, run_main
 from envs import FeatureTable, SchemaRoutingEnv, resolve_featurizer  # importing envs registers the ids
 
 SHOP = """
@@ -102,7 +102,7 @@ def main() -> None:
         print(f"{split:5s} full-path accuracy {100 * before[split]:5.1f}% -> {100 * after[split]:5.1f}%")
     print(f"{args.timesteps} steps in {seconds:.1f} s ({args.timesteps / seconds:.0f} steps/s, updates included)")
     if args.out is not None:
-        from data_pipeline.io import write_json
+        from core.io import write_json
 
         write_json(args.out / "results.json", {"args": {k: str(v) for k, v in vars(args).items()}, "before": before,
                                                "after": after, "seconds": seconds})  # fmt: skip

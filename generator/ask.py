@@ -34,10 +34,10 @@ import torch
 import tyro
 
 from data_pipeline.backends.sqlite import ExecutionResult, SQLiteExecutor
-from data_pipeline.cli import parse, run_main
-from data_pipeline.errors import CheckpointError, ConfigError, DataError, SchemaError
-from data_pipeline.graph import JoinPath
-from data_pipeline.io import ensure_writable_dir, read_jsonl, write_jsonl
+from core.cli import parse, run_main
+from core.errors import CheckpointError, ConfigError, DataError, SchemaError
+from core.graph import JoinPath
+from core.io import ensure_writable_dir, read_jsonl, write_jsonl
 from generator.consistency import vote
 from generator.constrained import JoinSkeletonProcessor
 from generator.generate import GENERATOR_META, generate_answers, load_policy, prompt_token_ids, trained_prompt

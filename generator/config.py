@@ -1,8 +1,8 @@
 """Configs of the generator's entry points: SFT warm start, GRPO, and batch inference.
 
 Each is a dataclass whose fields carry a one-line docstring (the ``--help`` text, through
-:func:`data_pipeline.cli.parse`), grouped by topic as TRL's ``GRPOConfig`` is, and checked in
-``__post_init__``: a bad value raises :class:`~data_pipeline.errors.ConfigError` naming the
+:func:`core.cli.parse`), grouped by topic as TRL's ``GRPOConfig`` is, and checked in
+``__post_init__``: a bad value raises :class:`~core.errors.ConfigError` naming the
 flag, and a conflict names both values. The model (:class:`generator.models.ModelConfig`) and
 reward (:class:`rewards.sql.SQLRewardConfig`) settings are embedded without a prefix, so their
 flags read ``--lora-r``, ``--load-in-4bit``, ``--execution-weight``, ``--timeout-s``.
@@ -17,7 +17,7 @@ from typing import Annotated, Any, Literal
 
 import tyro
 
-from data_pipeline.errors import ConfigError
+from core.errors import ConfigError
 from generator.grpo import LOSS_TYPES
 from generator.models import ModelConfig
 from generator.prompt import check_schema_detail

@@ -3,7 +3,7 @@
 A small generator drops or invents joins; the router already knows the path. When a row of a
 batch has written ``FROM`` (the first one after ``<answer>``), :class:`JoinSkeletonProcessor`
 forces the tokens of the path's ``FROM ... JOIN ... ON ...`` clause
-(:meth:`data_pipeline.graph.SchemaGraph.from_clause`) one per step, then lets the model go on
+(:meth:`core.graph.SchemaGraph.from_clause`) one per step, then lets the model go on
 (``WHERE``, ``GROUP BY``, ...). It is a ``transformers`` logits processor, so it works for
 greedy decoding and for sampling alike (self-consistency, GRPO rollouts), and it costs one
 decode of the row's new tokens per step.

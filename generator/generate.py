@@ -37,12 +37,12 @@ from peft import PeftModel, set_peft_model_state_dict
 from safetensors.torch import load_file
 from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
 
-from data_pipeline.cli import parse, run_main
-from data_pipeline.dataset import BuiltDataset, load_dataset
-from data_pipeline.errors import CheckpointError, ConfigError
-from data_pipeline.graph import JoinPath
-from data_pipeline.io import atomic_directory, write_json, write_jsonl
-from data_pipeline.samples import Sample
+from core.cli import parse, run_main
+from core.dataset import BuiltDataset, load_dataset
+from core.errors import CheckpointError, ConfigError
+from core.graph import JoinPath
+from core.io import atomic_directory, write_json, write_jsonl
+from core.samples import Sample
 from generator.models import DEFAULT_GENERATOR, ModelConfig, load_generator
 from generator.prompt import Message, build_prompt
 from generator.retrieval import ExampleRetriever

@@ -48,8 +48,8 @@ from transformers import (
 from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
 from data_pipeline.archives import ArchiveFile, build_once, fetch_member, find_archive
-from data_pipeline.errors import CheckpointError, ConfigError, DownloadError
-from data_pipeline.io import atomic_directory, cache_dir, write_json
+from core.errors import CheckpointError, ConfigError, DownloadError
+from core.io import atomic_directory, cache_dir, write_json
 
 DEFAULT_GENERATOR = "SmolLM2-135M-Instruct"
 """Name that :func:`resolve_generator` maps to the converted offline default model."""
@@ -583,7 +583,7 @@ def reference_logits_context(model: torch.nn.Module) -> Iterator[torch.nn.Module
     ...     pass
     Traceback (most recent call last):
     ...
-    data_pipeline.errors.ConfigError: --use-lora: the model has no LoRA adapters to disable; ...
+    core.errors.ConfigError: --use-lora: the model has no LoRA adapters to disable; ...
 
     Raises:
         ConfigError: ``model`` is not a peft model.

@@ -24,7 +24,7 @@ Two conditions (SPEC section 7 compares them):
 - **routed** (``path`` given): only the tables on the path, one line per column with its type,
   key flag, description (plus the Chinese name for a Chinese question) and, for text columns,
   a few sample values; then the ``FROM ... JOIN ... ON ...`` skeleton of the path
-  (:meth:`~data_pipeline.graph.SchemaGraph.from_clause`).
+  (:meth:`~core.graph.SchemaGraph.from_clause`).
 - **no path** (``path=None``): every table in one compact line (``Table(col, col, ...)``) plus
   the foreign keys, and no skeleton.
 
@@ -45,11 +45,11 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
-from data_pipeline.errors import ConfigError
-from data_pipeline.graph import JoinPath, SchemaGraph
-from data_pipeline.samples import Sample
-from data_pipeline.schema import Column, Schema, Table, quote_ident
-from data_pipeline.values import ValueMatch
+from core.errors import ConfigError
+from core.graph import JoinPath, SchemaGraph
+from core.samples import Sample
+from core.schema import Column, Schema, Table, quote_ident
+from core.values import ValueMatch
 
 SAMPLE_VALUES_SHOWN = 3
 """Sample values listed per column in the routed schema."""
@@ -159,7 +159,7 @@ def render_table(table: Table, language: str = "en") -> str:
     Chinese names (``zh``) are shown only for Chinese questions, and sample values only for
     text columns (the values a question names; ids and amounts say little and cost tokens).
 
-    >>> from data_pipeline.schema import Column, Table
+    >>> from core.schema import Column, Table
     >>> t = Table("Order Details", (Column("OrderID", "INTEGER", primary_key=True, samples=(10248, 10249)),
     ...                             Column("Quantity", "INTEGER", description="units ordered", zh="数量"),
     ...                             Column("Note", "TEXT", samples=("rush",))), 2155, zh="订单明细")
@@ -187,7 +187,7 @@ def render_compact_schema(schema: Schema, tables: Sequence[str] | None = None) -
     ``tables`` limits it to those tables, in that order (the routed prompt with
     ``schema_detail="compact"``); None shows every table.
 
-    >>> from data_pipeline.schema import Column, ForeignKey, Schema, Table
+    >>> from core.schema import Column, ForeignKey, Schema, Table
     >>> s = Schema("s", (Table("a", (Column("id"),)), Table("b c", (Column("id"), Column("a_id")))),
     ...            (ForeignKey("b c", "a_id", "a", "id"),))
     >>> print(render_compact_schema(s))
@@ -266,7 +266,7 @@ def render_values(values: Sequence[ValueMatch], path: JoinPath | None) -> str:
     Only values stored in a table of ``path`` are listed (all of them without a path), at most
     :data:`MAX_VALUES_SHOWN`, one ``Table.column = 'value'`` each; ``""`` when there are none.
 
-    >>> from data_pipeline.values import ValueMatch
+    >>> from core.values import ValueMatch
     >>> m = ValueMatch("Products", "ProductName", "Tunnbröd", 0.9, 0, 8, False)
     >>> render_values([m], JoinPath("Products", ("Order Details", "Orders"), "Customers"))
     "Values in the question: Products.ProductName = 'Tunnbröd'"
@@ -322,7 +322,7 @@ def build_prompt(
         schema_detail: ``"full"`` (types, descriptions, sample values: the SPEC prompt) or
             ``"compact"`` (the path's tables as ``Table(col, ...)`` lines, ~8x fewer tokens on
             Northwind, for cheap CPU runs). Ignored for ``path=None``, which is always compact.
-        values: the database values the question names (:meth:`data_pipeline.values.ValueIndex.lookup`),
+        values: the database values the question names (:meth:`core.values.ValueIndex.lookup`),
             listed as the literals to use (:func:`render_values`); examples get none.
 
     Returns:

@@ -37,8 +37,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from data_pipeline.errors import ConfigError, DataError
-from data_pipeline.samples import Sample
+from core.errors import ConfigError, DataError
+from core.samples import Sample
 
 NGRAM_SIZES = (1, 2, 3)
 """Character n-gram sizes of the fallback index."""
@@ -121,7 +121,7 @@ class ExampleRetriever:
     Raises:
         DataError: ``train_samples`` is empty, or the encoder returns a wrong shape.
 
-    >>> from data_pipeline.graph import JoinPath
+    >>> from core.graph import JoinPath
     >>> p = JoinPath("t", (), "t")
     >>> pool = [Sample(str(i), "db", q, "en", p, "SELECT 1") for i, q in
     ...         enumerate(["How many orders per customer?", "List products by price", "Orders per customer in 1997"])]

@@ -22,7 +22,7 @@ from typing import Any
 import torch
 from transformers import PreTrainedTokenizerBase
 
-from data_pipeline.errors import DataError, Route2SQLError, SchemaError
+from core.errors import DataError, Route2SQLError, SchemaError
 from generator.generate import sample_group
 from rewards.sql import SQLRewardConfig, sql_reward_components
 from rewards.sql_execution import ExecutionScorer
@@ -156,7 +156,7 @@ def require_execution_signal(report: SmokeReport) -> None:
     >>> require_execution_signal(SmokeReport("nw.sqlite", 10, 20, 0, 0, 0, 0, {"no SQL in the completion": 20}))  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
-    data_pipeline.errors.Route2SQLError: nw.sqlite: smoke test: 0/20 completions with non-zero execution reward ...
+    core.errors.Route2SQLError: nw.sqlite: smoke test: 0/20 completions with non-zero execution reward ...
     """
     if report.ok:
         return

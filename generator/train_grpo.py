@@ -52,12 +52,12 @@ from accelerate.utils import broadcast_object_list, gather_object
 from tqdm.auto import tqdm
 from transformers import PreTrainedTokenizerBase, get_cosine_schedule_with_warmup
 
-from data_pipeline.cli import parse, run_main
-from data_pipeline.dataset import BuiltDataset, load_dataset
-from data_pipeline.errors import CheckpointError, DataError, Route2SQLError
-from data_pipeline.graph import JoinPath
-from data_pipeline.io import atomic_directory, atomic_write_bytes, ensure_writable_dir, read_jsonl, write_json, write_jsonl
-from data_pipeline.samples import Sample
+from core.cli import parse, run_main
+from core.dataset import BuiltDataset, load_dataset
+from core.errors import CheckpointError, DataError, Route2SQLError
+from core.graph import JoinPath
+from core.io import atomic_directory, atomic_write_bytes, ensure_writable_dir, read_jsonl, write_json, write_jsonl
+from core.samples import Sample
 from generator.config import GRPOConfig, config_to_dict
 from generator.generate import (
     CompletionScorer,

@@ -26,11 +26,11 @@ import torch
 from tqdm.auto import tqdm
 from transformers import PreTrainedTokenizerBase, get_cosine_schedule_with_warmup
 
-from data_pipeline.cli import parse, run_main
-from data_pipeline.dataset import BuiltDataset, load_dataset
-from data_pipeline.errors import DataError
-from data_pipeline.io import ensure_writable_dir
-from data_pipeline.samples import Sample
+from core.cli import parse, run_main
+from core.dataset import BuiltDataset, load_dataset
+from core.errors import DataError
+from core.io import ensure_writable_dir
+from core.samples import Sample
 from generator.config import GeneratorSFTConfig, config_to_dict
 from generator.generate import load_policy, prompt_token_ids, sample_messages, save_generator
 from generator.prompt import path_reasoning, render_completion

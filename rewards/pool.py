@@ -46,7 +46,7 @@ from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from data_pipeline.errors import ConfigError
+from core.errors import ConfigError
 
 DEFAULT_MEMORY_MB = 1024
 """Address-space cap of one worker, MiB (Python, sqlglot and the executor need about 70 MiB)."""

@@ -11,7 +11,7 @@ Components of a predicted path against the gold path:
 - ``legal``: ``illegal_penalty`` (negative) when the path is not a legal path of the schema graph.
 - ``total``: the sum, clipped to ``[-clip, clip]`` (seed 002: clip to [-2, 2]).
 
->>> from data_pipeline.graph import JoinPath
+>>> from core.graph import JoinPath
 >>> gold = JoinPath("Customers", ("Orders",), "Order Details")
 >>> path_reward_components(gold, gold)["total"]
 2.0
@@ -26,8 +26,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
-from data_pipeline.errors import ConfigError
-from data_pipeline.graph import JoinPath, SchemaGraph
+from core.errors import ConfigError
+from core.graph import JoinPath, SchemaGraph
 
 COMPONENTS = ("anchor", "via", "target", "legal")
 

@@ -50,7 +50,7 @@ from pathlib import Path
 from typing import Any
 
 from data_pipeline.backends.sqlite import MAX_RESULT_BYTES, SQLiteExecutor
-from data_pipeline.errors import ConfigError
+from core.errors import ConfigError
 from rewards.answer import ParsedAnswer, completion_text, parse_answer, refused_outright
 from rewards.pool import DEFAULT_MEMORY_MB, Outcome
 from rewards.sql_execution import (

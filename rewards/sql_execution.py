@@ -33,7 +33,7 @@ with its reason logged (logger ``rewards.sql_execution``: timeouts at WARNING, r
 statements and too many rows at INFO, text that is not SQL and other failures at DEBUG, so a
 base model's thousands of broken queries stay quiet) and returned in
 :attr:`ExecutionScore.reason`, for the trainer to count. Gold results are cached per (database file, gold SQL). A gold query
-that *fails* raises :class:`~data_pipeline.errors.DataError`: seed 000 trained all night on an
+that *fails* raises :class:`~core.errors.DataError`: seed 000 trained all night on an
 execution reward that was silently 0 because the database path was wrong, so a gold query that
 cannot run on the given database stops the run instead. A gold query that times out or exceeds
 ``max_rows`` cannot be judged: that item scores None (not applicable), with a warning; a gold
@@ -55,7 +55,7 @@ from typing import Any
 from sqlglot import exp
 
 from data_pipeline.backends.sqlite import MAX_RESULT_BYTES, ExecutionResult, SQLiteExecutor, inspect_statement
-from data_pipeline.errors import ConfigError, DataError
+from core.errors import ConfigError, DataError
 from rewards.answer import completion_text, parse_answer
 from rewards.pool import DEFAULT_MEMORY_MB, Outcome, WorkerPool
 

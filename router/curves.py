@@ -6,7 +6,7 @@ import io
 from collections.abc import Sequence
 from pathlib import Path
 
-from data_pipeline.io import atomic_write_bytes
+from core.io import atomic_write_bytes
 
 
 def plot_ppo_curve(history: Sequence[dict[str, float]], out_file: str | Path, target_kl: float | None = None, title: str = "") -> Path:

@@ -31,10 +31,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from data_pipeline.cli import parse, run_main
-from data_pipeline.errors import ConfigError
-from data_pipeline.graph import JoinPath, SchemaGraph
-from data_pipeline.samples import SPLITS, Sample
+from core.cli import parse, run_main
+from core.errors import ConfigError
+from core.graph import JoinPath, SchemaGraph
+from core.samples import SPLITS, Sample
 from rewards.router import RewardConfig, path_reward_components
 
 
@@ -83,7 +83,7 @@ def path_metrics(
     Raises:
         ValueError: the two sequences differ in length.
 
-    >>> from data_pipeline.samples import Sample
+    >>> from core.samples import Sample
     >>> gold = JoinPath("Customers", ("Orders",), "Order Details")
     >>> s = [Sample("1", "db", "q", "en", gold, "SELECT 1"), Sample("2", "db", "q", "zh", gold, "SELECT 1")]
     >>> m = path_metrics([gold, JoinPath("Customers", (), "Orders")], s)
@@ -158,7 +158,7 @@ def seed_key(sample: Sample) -> tuple[str, str, tuple[tuple[str, str, str], ...]
     Paraphrases of one seed question share all three (their surfaces and fuzzing differ), so a
     sample whose key occurs in a router's training data is not a new question for it.
 
-    >>> from data_pipeline.samples import Entity
+    >>> from core.samples import Entity
     >>> e = Entity("Customers", "City", "Berlin", "berlin")
     >>> a = Sample("1", "db", "Orders of customers in berlin?", "en", JoinPath("Customers", (), "Orders"), "", (e,),
     ...            template_id="filter.join.en.0")
@@ -211,8 +211,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, dict[str, Any]]:
     """
     import torch
 
-    from data_pipeline.dataset import load_dataset
-    from data_pipeline.io import write_json
+    from core.dataset import load_dataset
+    from core.io import write_json
     from router.calibration import expected_calibration_error
     from router.route import Router
 

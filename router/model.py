@@ -43,11 +43,11 @@ import numpy as np
 import torch
 from torch import nn
 
-from data_pipeline.errors import CheckpointError, ConfigError, DataError
-from data_pipeline.graph import JoinPath, SchemaGraph
-from data_pipeline.io import atomic_directory, write_json
-from data_pipeline.schema import Table
-from data_pipeline.values import ValueIndex
+from core.errors import CheckpointError, ConfigError, DataError
+from core.graph import JoinPath, SchemaGraph
+from core.io import atomic_directory, write_json
+from core.schema import Table
+from core.values import ValueIndex
 from router.backbones import DEFAULT_ENCODER, load_encoder, pool
 from router.text import LINK_FEATURES, link_features, mention_spans, table_text
 
@@ -122,7 +122,7 @@ class PathSpace:
 
     Args:
         graph: the schema graph.
-        values: the database's value index (:mod:`data_pipeline.values`), or None to route on
+        values: the database's value index (:mod:`core.values`), or None to route on
             table and column words alone.
 
     Attributes:
@@ -187,7 +187,7 @@ class PathSpace:
 
     @property
     def fingerprint(self) -> str:
-        """The schema's fingerprint (:meth:`data_pipeline.schema.Schema.fingerprint`)."""
+        """The schema's fingerprint (:meth:`core.schema.Schema.fingerprint`)."""
         return self.schema.fingerprint()
 
     def index(self, path: JoinPath, *, where: str | None = None, line: int | None = None) -> int:

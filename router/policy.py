@@ -35,7 +35,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from data_pipeline.errors import DataError
+from core.errors import DataError
 from router.model import CandidateEncoding, PathSpace, RouterModel
 
 

@@ -1,6 +1,6 @@
 """Resumable PPO checkpoints: the router weights plus everything needed to continue the same run.
 
-Layout of a checkpoint folder (replaced in one rename by :func:`data_pipeline.io.atomic_directory`,
+Layout of a checkpoint folder (replaced in one rename by :func:`core.io.atomic_directory`,
 so a run killed while saving leaves the previous checkpoint intact)::
 
     CKPT/model/             RouterModel.save_pretrained (loadable on its own)
@@ -19,8 +19,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from data_pipeline.errors import CheckpointError
-from data_pipeline.io import atomic_directory, write_json
+from core.errors import CheckpointError
+from core.io import atomic_directory, write_json
 from router.model import RouterModel
 
 STATE_FILE = "trainer_state.pt"

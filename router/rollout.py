@@ -24,7 +24,7 @@ import numpy as np
 import torch
 from gymnasium import spaces
 
-from data_pipeline.graph import SchemaGraph
+from core.graph import SchemaGraph
 from envs.featurizers import FeatureTable
 from envs.schema_routing import SchemaRoutingEnv
 from rewards.router import RewardConfig

@@ -40,12 +40,12 @@ from typing import Annotated, Any
 import torch
 import tyro
 
-from data_pipeline.cli import parse, run_main
-from data_pipeline.errors import CheckpointError, DataError
-from data_pipeline.graph import JoinPath, SchemaGraph
-from data_pipeline.io import ensure_writable_dir, read_jsonl, write_jsonl
-from data_pipeline.schema import Schema, introspect
-from data_pipeline.values import VALUE_INDEX_FILE, ValueIndex, load_value_index
+from core.cli import parse, run_main
+from core.errors import CheckpointError, DataError
+from core.graph import JoinPath, SchemaGraph
+from core.io import ensure_writable_dir, read_jsonl, write_jsonl
+from core.schema import Schema, introspect
+from core.values import VALUE_INDEX_FILE, ValueIndex, load_value_index
 from router.model import PathSpace, RouterModel
 from router.policy import PathDistribution, RouterPolicy
 
@@ -434,7 +434,7 @@ class RouteConfig:
     """Torch CPU threads (0: all cores)."""
 
     def __post_init__(self) -> None:
-        from data_pipeline.errors import ConfigError
+        from core.errors import ConfigError
 
         from data_pipeline.backends.registry import check_backend_options
 

@@ -1,7 +1,7 @@
 """``router.train_sft --resume``: the per-epoch state a killed SFT run continues from.
 
 After every epoch :func:`save_epoch_state` replaces ``LOG_DIR/resume/`` in one rename
-(:func:`data_pipeline.io.atomic_directory`) with everything the next epoch depends on:
+(:func:`core.io.atomic_directory`) with everything the next epoch depends on:
 
 - the trained weights (every parameter that trains, and the value head);
 - the optimizer's and the LR scheduler's state;
@@ -31,8 +31,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from data_pipeline.errors import CheckpointError, ConfigError
-from data_pipeline.io import atomic_directory, ensure_writable_dir, remove_stale_temporaries
+from core.errors import CheckpointError, ConfigError
+from core.io import atomic_directory, ensure_writable_dir, remove_stale_temporaries
 
 RESUME_DIR = "resume"
 """Folder under the log folder holding the last finished epoch's state."""

@@ -26,9 +26,9 @@ from functools import lru_cache
 
 import numpy as np
 
-from data_pipeline.schema import Table, humanize
+from core.schema import Table, humanize
 from data_pipeline.relations import agent_verbs, is_person, table_synonyms
-from data_pipeline.values import ValueIndex
+from core.values import ValueIndex
 
 LINK_FEATURES = (
     "name_words", "zh_name", "pinyin_code", "column_words", "value_mention", "mention",
@@ -102,7 +102,7 @@ def humanize_words(text: str) -> str:
 def table_text(table: Table) -> str:
     """The text the encoder reads for ``table``.
 
-    >>> from data_pipeline.schema import Column
+    >>> from core.schema import Column
     >>> t = Table("mz_cf", (Column("kfrq", zh="开方日期"), Column("ys_id")), description="outpatient prescriptions",
     ...           zh="门诊处方")
     >>> table_text(t)
@@ -184,7 +184,7 @@ def mention_spans(question: str, tables: Sequence[Table]) -> list[list[tuple[int
     A span inside a longer span of another table is dropped: "employee territories" names
     EmployeeTerritories, not Employees or Territories; 订单明细 names Order Details, not Orders.
 
-    >>> from data_pipeline.schema import Column
+    >>> from core.schema import Column
     >>> ts = [Table(n, (Column("id"),), zh=z) for n, z in
     ...       [("Employees", "员工"), ("Territories", "销售区域"), ("EmployeeTerritories", "员工负责区域")]]
     >>> mention_spans("Which employee territories cover the territory Boston?", ts)
@@ -242,7 +242,7 @@ def link_features(
     """Lexical and value links from ``question`` to each table, shape ``(len(tables), len(LINK_FEATURES))``.
 
     ``mentions`` may pass :func:`mention_spans` already computed; ``values`` is the database's
-    value index (:class:`data_pipeline.values.ValueIndex`), without which the value columns are 0.
+    value index (:class:`core.values.ValueIndex`), without which the value columns are 0.
     Columns (all in ``[0, 1]``):
 
     - ``name_words``: share of the table name's word stems found in the question;
@@ -257,14 +257,14 @@ def link_features(
     - ``name_prefix``: share of the table name's words (5 letters or more) whose first five
       letters begin a word of the question: "supplies" for Suppliers, "shipped" for Shippers;
     - ``value_score``: the best score of a value of this table the question mentions
-      (:meth:`~data_pipeline.values.ValueIndex.table_scores`): "Tunnbröd" links Products;
+      (:meth:`~core.values.ValueIndex.table_scores`): "Tunnbröd" links Products;
     - ``value_shared``: that score divided by the number of tables the same mention matched in
       (a city every table has decides less than a product name only Products holds);
     - ``agent_verb``: 1 when the question uses a verb of the table as an agent
       (:func:`data_pipeline.relations.agent_verbs`: "supplies" for Suppliers, 承运 for Shippers);
     - ``who``: 1 when the question asks "who" (谁, 哪位) and the table holds people or companies.
 
-    >>> from data_pipeline.schema import Column
+    >>> from core.schema import Column
     >>> ts = [Table("mz_cf", (Column("kfrq", zh="开方日期"),), zh="门诊处方"),
     ...       Table("Customers", (Column("CompanyName", "TEXT", samples=("Around the Horn",)),))]
     >>> link_features("门诊处方的开方日期", ts)[0].tolist()

@@ -87,11 +87,11 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
-from data_pipeline.cli import parse, run_main
-from data_pipeline.dataset import load_dataset
-from data_pipeline.errors import CheckpointError, ConfigError, DataError
-from data_pipeline.io import write_json, write_jsonl
-from data_pipeline.values import VALUE_INDEX_FILE
+from core.cli import parse, run_main
+from core.dataset import load_dataset
+from core.errors import CheckpointError, ConfigError, DataError
+from core.io import write_json, write_jsonl
+from core.values import VALUE_INDEX_FILE
 from rewards.router import COMPONENTS, RewardConfig
 from router.buffer import RolloutBuffer
 from router.curves import plot_ppo_curve

@@ -59,13 +59,13 @@ from typing import Any
 import numpy as np
 import torch
 
-from data_pipeline.cli import parse, run_main
-from data_pipeline.dataset import BuiltDataset, load_dataset
-from data_pipeline.errors import ConfigError, DataError
-from data_pipeline.graph import JoinPath, SchemaGraph
-from data_pipeline.io import write_json, write_jsonl
-from data_pipeline.samples import Sample
-from data_pipeline.values import VALUE_INDEX_FILE
+from core.cli import parse, run_main
+from core.dataset import BuiltDataset, load_dataset
+from core.errors import ConfigError, DataError
+from core.graph import JoinPath, SchemaGraph
+from core.io import write_json, write_jsonl
+from core.samples import Sample
+from core.values import VALUE_INDEX_FILE
 from router.calibration import expected_calibration_error, fit_temperature
 from rewards.router import RewardConfig, path_reward_components
 from router.backbones import DEFAULT_ENCODER
@@ -516,7 +516,7 @@ def data_set_folders(data: str | Path) -> list[Path]:
     """The data set folders behind ``--data``: itself, or the data set folders directly under it.
 
     ``data`` is a data set folder when it holds ``schema.json`` (or does not exist: then
-    :func:`~data_pipeline.dataset.load_dataset` names the problem); otherwise every sub-folder
+    :func:`~core.dataset.load_dataset` names the problem); otherwise every sub-folder
     holding a ``schema.json``, sorted by name (``python -m evaluation.spider_data --out`` writes one
     per database).
 

@@ -28,7 +28,7 @@ from data_pipeline.archives import (
     find_archive,
     read_member,
 )
-from data_pipeline.errors import ConfigError, DownloadError
+from core.errors import ConfigError, DownloadError
 
 WEIGHTS = b"pretend weights"
 WEIGHTS_SHA = hashlib.sha256(WEIGHTS).hexdigest()

@@ -12,9 +12,9 @@ import torch
 from transformers import AutoTokenizer
 
 from data_pipeline.backends.sqlite import ExecutionResult
-from data_pipeline.errors import ConfigError
-from data_pipeline.graph import JoinPath, SchemaGraph
-from data_pipeline.schema import introspect
+from core.errors import ConfigError
+from core.graph import JoinPath, SchemaGraph
+from core.schema import introspect
 from generator.ask import AskConfig, AskPipeline
 from generator.ask import main as ask_main
 from generator.consistency import vote

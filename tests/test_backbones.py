@@ -21,7 +21,7 @@ import pytest
 import torch
 
 from data_pipeline.archives import find_archive
-from data_pipeline.errors import ConfigError, DataError, DownloadError
+from core.errors import ConfigError, DataError, DownloadError
 from router.backbones import (
     BUILTIN_ENCODERS,
     DEFAULT_ENCODER,

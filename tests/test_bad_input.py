@@ -10,8 +10,8 @@ import pytest
 
 from data_pipeline.backends.sqlite import execute_readonly
 from data_pipeline.build import main as build_main
-from data_pipeline.cli import run_main
-from data_pipeline.errors import ConfigError
+from core.cli import run_main
+from core.errors import ConfigError
 from data_pipeline.pipeline import BuildConfig, build_dataset
 
 
@@ -79,8 +79,8 @@ def _tiny_data(tiny_db: Path, out: Path) -> Path:
 
 
 def test_non_utf8_samples_line_names_the_line(tiny_db: Path, tmp_path: Path) -> None:
-    from data_pipeline.dataset import load_dataset
-    from data_pipeline.errors import DataError
+    from core.dataset import load_dataset
+    from core.errors import DataError
 
     data = _tiny_data(tiny_db, tmp_path / "data")
     n = len((data / "samples.jsonl").read_text(encoding="utf-8").splitlines())
@@ -95,8 +95,8 @@ def test_malformed_schema_json_is_a_data_error(tiny_db: Path, tmp_path: Path, co
     """A non-UTF-8 schema.json and a non-integer max_hops raised UnicodeDecodeError / ValueError."""
     import json
 
-    from data_pipeline.dataset import load_dataset
-    from data_pipeline.errors import DataError
+    from core.dataset import load_dataset
+    from core.errors import DataError
 
     data = _tiny_data(tiny_db, tmp_path / "data")
     if reason is None:  # a valid schema whose max_hops is not a number
@@ -110,7 +110,7 @@ def test_malformed_schema_json_is_a_data_error(tiny_db: Path, tmp_path: Path, co
 @pytest.mark.parametrize(("args", "field"), [(["--batch-size", "0"], "--batch-size"), (["q\udcff"], "questions")])
 def test_route_bad_flag_or_undecodable_question(tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str], field: str) -> None:
     """``--batch-size -1`` printed nothing and exited 0; a non-UTF-8 argv question crashed the tokenizer."""
-    from data_pipeline.cli import parse
+    from core.cli import parse
     from router.route import RouteConfig
 
     extra = ["ok"] if args[0].startswith("--") else []
@@ -124,8 +124,8 @@ def test_route_bad_flag_or_undecodable_question(tmp_path: Path, capsys: pytest.C
 @pytest.mark.parametrize("size", [0, 1000])
 def test_truncated_router_weights_are_a_checkpoint_error(tiny_db: Path, tmp_path: Path, size: int) -> None:
     """A truncated or empty model.safetensors raised SafetensorError with a traceback."""
-    from data_pipeline.dataset import load_dataset
-    from data_pipeline.errors import CheckpointError
+    from core.dataset import load_dataset
+    from core.errors import CheckpointError
     from router.model import PathSpace, RouterModel
     from router.policy import RouterPolicy
     from router.route import Router
@@ -143,7 +143,7 @@ def test_truncated_router_weights_are_a_checkpoint_error(tiny_db: Path, tmp_path
 @pytest.mark.parametrize(("flag", "value"), [("--batch-size", "0"), ("--max-new-tokens", "0"), ("--timeout-s", "nan")])
 def test_ab_bad_flag_value_is_one_error_line(tmp_path: Path, capsys: pytest.CaptureFixture[str], flag: str, value: str) -> None:
     """``--batch-size 0`` and ``--max-new-tokens 0`` crashed with ValueError; ``--timeout-s nan`` was accepted."""
-    from data_pipeline.cli import parse
+    from core.cli import parse
     from evaluation.ab import ABConfig
 
     with pytest.raises(SystemExit) as info:

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from data_pipeline.errors import ConfigError
+from core.errors import ConfigError
 from router.buffer import RolloutBuffer
 
 OBS = {"x": ((2,), np.float32)}

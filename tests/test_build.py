@@ -25,9 +25,9 @@ from data_pipeline import BuildConfig, JoinPath, build_dataset, load_dataset
 from data_pipeline.backends.sqlite import connect_readonly, execute_readonly
 from data_pipeline.build import main
 from data_pipeline.entities import fuzz, fuzzable, matches_several
-from data_pipeline.errors import ConfigError, Route2SQLError, SchemaError
+from core.errors import ConfigError, Route2SQLError, SchemaError
 from data_pipeline.paraphrase import LLMParaphraser, RuleParaphraser
-from data_pipeline.samples import Sample
+from core.samples import Sample
 from data_pipeline.splits import assign_splits
 from data_pipeline.stages import STAGES, difficulty, fill_entities, grade_difficulty, paraphrase, seed_questions
 from data_pipeline.templates import TEMPLATES, heldout_template_ids, plural, singular, templates_for
@@ -400,7 +400,7 @@ def test_unreachable_llm_endpoint_is_one_clear_error(tmp_path, tiny_db, capsys):
 
 
 def _run_main(argv: list[str]) -> None:
-    from data_pipeline.cli import run_main
+    from core.cli import run_main
 
     run_main(lambda: main(argv))
 
@@ -548,7 +548,7 @@ NORTHWIND_PATHS_THROUGH_EMPTY = 18
 def sample_built(request, tmp_path_factory):
     """A sample database built once per session with the defaults (skipped when it cannot be had)."""
     from data_pipeline.datasets import load_sample
-    from data_pipeline.errors import DownloadError
+    from core.errors import DownloadError
 
     try:
         load_sample(request.param)
@@ -583,7 +583,7 @@ def test_sample_database_covers_every_legal_path(sample_built):
 
 def test_northwind_without_synthesis_skips_the_paths_through_empty_tables(tmp_path):
     from data_pipeline.datasets import load_sample
-    from data_pipeline.errors import DownloadError
+    from core.errors import DownloadError
 
     try:
         load_sample("northwind")
@@ -635,7 +635,7 @@ def test_sample_database_partial_surfaces_name_one_value(sample_built):
 
 
 def test_spider_partial_surfaces_name_one_value(tmp_path):
-    from data_pipeline.errors import DownloadError
+    from core.errors import DownloadError
     from evaluation.spider_data import build_spider_dev_datasets
 
     try:
@@ -654,7 +654,7 @@ def test_spider_partial_surfaces_name_one_value(tmp_path):
 
 def test_schema_from_spider_all_entries():
     from data_pipeline.datasets import spider_tables
-    from data_pipeline.errors import DownloadError
+    from core.errors import DownloadError
     from data_pipeline.spider import largest_spider_schema, schema_from_spider
 
     try:
@@ -669,7 +669,7 @@ def test_schema_from_spider_all_entries():
 
 
 def test_schema_from_spider_bad_entry():
-    from data_pipeline.errors import DataError
+    from core.errors import DataError
     from data_pipeline.spider import schema_from_spider
 
     with pytest.raises(DataError, match=r"tables.json\[x\]"):

@@ -1,6 +1,6 @@
 """Interrupted saves leave no folders behind for long (issue 14 item 8).
 
-A save killed inside :func:`data_pipeline.io.atomic_directory` left ``.checkpoint-N.tmp-*``
+A save killed inside :func:`core.io.atomic_directory` left ``.checkpoint-N.tmp-*``
 folders (28 MB for PPO, 7 MB for GRPO) that resume never removed. The next save in the same
 folder (and ``--resume``) now removes those of dead processes and puts back a previous copy a
 kill between the two renames had moved aside.
@@ -15,7 +15,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-from data_pipeline.io import atomic_directory, remove_stale_temporaries
+from core.io import atomic_directory, remove_stale_temporaries
 
 
 def dead_pid() -> int:
@@ -28,7 +28,7 @@ def test_a_save_killed_half_way_is_cleaned_up_by_the_next_save(tmp_path: Path) -
     script = textwrap.dedent(f"""
         import sys, time
         from pathlib import Path
-        from data_pipeline.io import atomic_directory
+        from core.io import atomic_directory
         with atomic_directory(Path({str(tmp_path)!r}) / "checkpoint-1") as tmp:
             (tmp / "model.safetensors").write_bytes(b"x" * (1 << 20))
             print("saving", flush=True)

@@ -1,4 +1,4 @@
-"""``data_pipeline.cli.parse``: ``--no-FLAG`` / bare ``--FLAG`` are short for ``--FLAG False`` / ``--FLAG True`` on every boolean field."""
+"""``core.cli.parse``: ``--no-FLAG`` / bare ``--FLAG`` are short for ``--FLAG False`` / ``--FLAG True`` on every boolean field."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 
-from data_pipeline.cli import parse
+from core.cli import parse
 
 
 @dataclasses.dataclass

@@ -34,9 +34,9 @@ from data_pipeline.datasets import (
     sqlite_from_django,
     sqlite_from_spider_schema,
 )
-from data_pipeline.errors import DataError, DownloadError, SchemaError
-from data_pipeline.io import cache_dir
-from data_pipeline.schema import introspect
+from core.errors import DataError, DownloadError, SchemaError
+from core.io import cache_dir
+from core.schema import introspect
 
 # Counted by hand from chinook/models.py: one row per ForeignKey field.
 CHINOOK_FKS = {

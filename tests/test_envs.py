@@ -15,7 +15,7 @@ from stable_baselines3.common.env_checker import check_env as sb3_check_env
 
 import envs
 from data_pipeline import JoinPath, Sample, SchemaGraph, introspect
-from data_pipeline.errors import ConfigError, DataError
+from core.errors import ConfigError, DataError
 from envs import ENV_IDS, EncoderFeaturizer, FeatureTable, HashedNgramFeaturizer, RewardShapingWrapper, SchemaRoutingEnv
 
 TEMPLATES = (

@@ -11,8 +11,8 @@ import pytest
 
 from data_pipeline import JoinPath, Sample, SchemaGraph, build_dataset
 from data_pipeline.pipeline import BuildConfig
-from data_pipeline.errors import ConfigError
-from data_pipeline.schema import Column, ForeignKey, Schema, Table
+from core.errors import ConfigError
+from core.schema import Column, ForeignKey, Schema, Table
 from evaluation.ab import ABConfig, evaluate, execution_metrics, select_samples, table_set_acc
 from evaluation.gold_paths import derive_gold_path
 from router.evaluate import path_metrics
@@ -106,7 +106,7 @@ def test_execution_metrics_by_group() -> None:
 
 
 def test_bad_ab_options(tiny_data: Path) -> None:
-    from data_pipeline.errors import ConfigError
+    from core.errors import ConfigError
 
     with pytest.raises(ConfigError, match="--split"):
         ABConfig(data=str(tiny_data), split="dev")
@@ -115,7 +115,7 @@ def test_bad_ab_options(tiny_data: Path) -> None:
 
 
 def test_a_generator_folder_without_a_model_names_the_generator_flag(tiny_data: Path, tmp_path: Path) -> None:
-    from data_pipeline.errors import ConfigError
+    from core.errors import ConfigError
 
     (tmp_path / "gen").mkdir()
     cfg = ABConfig(data=str(tiny_data), out=str(tmp_path / "ab"), methods=(), generator=str(tmp_path / "gen"),

@@ -19,7 +19,7 @@ import torch
 from peft import PeftModel
 
 from data_pipeline.archives import fetch_member, find_archive
-from data_pipeline.errors import ConfigError, DownloadError
+from core.errors import ConfigError, DownloadError
 from generator.models import (
     DEFAULT_GENERATOR,
     SMOLLM2_GGUF,

@@ -17,7 +17,7 @@ from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
 from conftest import make_tiny_shop
 from data_pipeline import BuildConfig, build_dataset, load_dataset
-from data_pipeline.errors import ConfigError, Route2SQLError
+from core.errors import ConfigError, Route2SQLError
 from generator.config import GRPOConfig
 from generator.generate import (
     completion_logprobs,

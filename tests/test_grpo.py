@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from data_pipeline.errors import ConfigError
+from core.errors import ConfigError
 from generator.config import GRPOConfig
 from generator.grpo import (
     STD_EPS,

@@ -189,7 +189,7 @@ def mongo_shop(tmp_path_factory):
     from mongo_server import running_server
 
     from data_pipeline.mongo_load import load_sqlite_into_mongo
-    from data_pipeline.schema import introspect
+    from core.schema import introspect
 
     for srv in running_server():
         path = make_tiny_shop(tmp_path_factory.mktemp("mongo-hostile") / "shop.sqlite")

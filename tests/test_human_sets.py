@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from data_pipeline.backends.registry import load_backend
-from data_pipeline.dataset import load_dataset
-from data_pipeline.errors import DataError
-from data_pipeline.graph import SchemaGraph
+from core.dataset import load_dataset
+from core.errors import DataError
+from core.graph import SchemaGraph
 from data_pipeline.human_sets import load_human_questions, packaged_human_file
 from data_pipeline.pipeline import BuildConfig, build_dataset
 from data_pipeline.quality import route_ambiguity

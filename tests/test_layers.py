@@ -1,6 +1,6 @@
 """The floors of the layout: a module imports only the floors below its own (and its own).
 
-data_pipeline (shared contracts, data) < rewards < envs < router < generator < evaluation.
+core (shared contracts) < data_pipeline (data) < rewards < envs < router < generator < evaluation.
 One known exception is listed here on purpose, so a new one fails the test: the gym env's
 ``EncoderFeaturizer.from_name`` loads the router's encoder lazily for ``featurizer="encoder"``.
 """
@@ -11,7 +11,7 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-FLOORS = {"data_pipeline": 0, "rewards": 1, "envs": 2, "router": 3, "generator": 4, "evaluation": 5}
+FLOORS = {"core": 0, "data_pipeline": 1, "rewards": 2, "envs": 3, "router": 4, "generator": 5, "evaluation": 6}
 KNOWN = {("envs/featurizers.py", "router.backbones")}
 
 

@@ -23,8 +23,8 @@ from data_pipeline import BuildConfig, build_dataset, load_dataset
 from data_pipeline.backends.mongo_pipeline import execute_pipeline
 from data_pipeline.backends.sqlite import execute_readonly
 from data_pipeline.build import main as build_main
-from data_pipeline.cli import run_main
-from data_pipeline.errors import CheckpointError, ConfigError
+from core.cli import run_main
+from core.errors import CheckpointError, ConfigError
 from data_pipeline.mongo_load import main as load_main
 
 from conftest import make_tiny_shop
@@ -247,8 +247,8 @@ def test_env_runs_on_a_data_set_built_from_mongodb(shop, mongo_shop):
 
 @pytest.mark.mongo
 def test_generator_refuses_a_data_set_built_on_mongodb(mongo_shop, shop):
-    from data_pipeline.dataset import load_dataset
-    from data_pipeline.errors import DataError
+    from core.dataset import load_dataset
+    from core.errors import DataError
 
     with pytest.raises(DataError, match=r"schema\.json.*built on MongoDB, but generator\.train_grpo executes SQL"):
         load_dataset(mongo_shop["out"], sql_user="generator.train_grpo")

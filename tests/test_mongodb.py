@@ -45,10 +45,10 @@ from data_pipeline.backends.mongodb import (
 )
 from data_pipeline.backends.registry import MongoBackend, SQLiteBackend, load_backend
 from data_pipeline.backends.sqlite import execute_readonly
-from data_pipeline.errors import ConfigError, DataError, QueryRejected, SchemaError
+from core.errors import ConfigError, DataError, QueryRejected, SchemaError
 from data_pipeline.mongo_load import check_names, load_sqlite_into_mongo
 from data_pipeline.mongo_load import main as load_main
-from data_pipeline.schema import Column, Schema, Table, introspect
+from core.schema import Column, Schema, Table, introspect
 from rewards.sql_execution import normalize_rows, results_match
 
 from conftest import make_tiny_shop
@@ -77,7 +77,7 @@ and their names match none."""
 @pytest.fixture(scope="module")
 def northwind_sqlite() -> Path:
     from data_pipeline.datasets import load_sample
-    from data_pipeline.errors import DownloadError
+    from core.errors import DownloadError
 
     try:
         return load_sample("northwind")
@@ -548,7 +548,7 @@ def test_loader_refuses_to_overwrite_without_replace_and_keeps_the_declaration(s
 
 
 def test_the_command_line_reports_a_bad_uri_as_one_line(capsys):
-    from data_pipeline.cli import run_main
+    from core.cli import run_main
 
     with pytest.raises(SystemExit) as code:
         run_main(lambda: load_main(["--db", "northwind", "--uri", "http://127.0.0.1/x"]))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from data_pipeline import JoinPath, Sample, SchemaGraph, introspect
-from data_pipeline.errors import ConfigError, SchemaError
+from core.errors import ConfigError, SchemaError
 from generator.parsing import parse_answer
 from generator.prompt import build_prompt, render_completion, system_message
 
@@ -106,7 +106,7 @@ def test_prompt_is_deterministic(shop):
 
 
 def test_language_aware_descriptions_and_text_samples(tiny_db):
-    from data_pipeline.schema import Column, Schema, Table
+    from core.schema import Column, Schema, Table
 
     base = introspect(tiny_db)
     customers = base.table("customers")

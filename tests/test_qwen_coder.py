@@ -27,7 +27,7 @@ import pytest
 import data_pipeline.archives as archives
 import generator.models as gm
 from data_pipeline.archives import ArchiveFile
-from data_pipeline.errors import ConfigError, DownloadError
+from core.errors import ConfigError, DownloadError
 from generator.models import (
     BUILTIN_GENERATORS,
     DEFAULT_GENERATOR,

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from data_pipeline import JoinPath, Sample
-from data_pipeline.errors import ConfigError, DataError
+from core.errors import ConfigError, DataError
 from generator.retrieval import CharNgramIndex, ExampleRetriever
 
 P = JoinPath("t", (), "t")

@@ -148,7 +148,7 @@ def test_every_reward_function_is_bounded_and_never_raises(text, db, scorer):
 def test_the_gold_side_is_as_robust(text, db, scorer):
     # a gold query that is garbage is a DataError (wrong data set), never a crash of another kind;
     # a deep or huge one that happens to run is judged like any other
-    from data_pipeline.errors import DataError
+    from core.errors import DataError
 
     try:
         comps = sql_reward_components(["<answer>SELECT 1</answer>"], [text], db, CONFIG, scorer)

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from data_pipeline.graph import JoinPath, SchemaGraph
-from data_pipeline.samples import Sample
-from data_pipeline.schema import introspect
+from core.graph import JoinPath, SchemaGraph
+from core.samples import Sample
+from core.schema import introspect
 from router.evaluate import evaluate_router, format_table, path_metrics
 
 P = JoinPath
@@ -95,8 +95,8 @@ def test_evaluate_router_calls_predict_paths_once(graph: SchemaGraph) -> None:
 
 def test_command_line_scores_saved_routers_and_drops_excluded_questions(tiny_db: Path, tmp_path: Path,
                                                                         capsys: pytest.CaptureFixture[str]) -> None:
-    from data_pipeline.dataset import BuiltDataset, save_dataset
-    from data_pipeline.samples import Entity
+    from core.dataset import BuiltDataset, save_dataset
+    from core.samples import Entity
     from router.evaluate import main, seed_key
     from router.model import PathSpace, RouterModel
     from router.policy import RouterPolicy

@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 import torch
 
-from data_pipeline.errors import ConfigError, DataError
-from data_pipeline.graph import SchemaGraph
-from data_pipeline.schema import introspect
+from core.errors import ConfigError, DataError
+from core.graph import SchemaGraph
+from core.schema import introspect
 from router.model import PathSpace, RouterModel, RouterModelConfig
 from router.policy import RouterPolicy, grouped_logsumexp
 

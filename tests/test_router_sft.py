@@ -15,11 +15,11 @@ import pytest
 import torch
 from conftest import make_tiny_shop
 
-from data_pipeline.dataset import BuiltDataset, save_dataset
-from data_pipeline.errors import CheckpointError, ConfigError, DataError
-from data_pipeline.graph import JoinPath, SchemaGraph
-from data_pipeline.samples import Sample
-from data_pipeline.schema import introspect
+from core.dataset import BuiltDataset, save_dataset
+from core.errors import CheckpointError, ConfigError, DataError
+from core.graph import JoinPath, SchemaGraph
+from core.samples import Sample
+from core.schema import introspect
 from router.evaluate import evaluate_router
 from router.model import RouterModel
 from router.route import Router

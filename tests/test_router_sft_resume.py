@@ -22,7 +22,7 @@ from conftest import make_tiny_shop
 from safetensors.torch import load_file
 from test_router_sft import ENCODER, write_data_set
 
-from data_pipeline.errors import CheckpointError, ConfigError
+from core.errors import CheckpointError, ConfigError
 from router.sft_resume import INFO_FILE, RESUME_DIR
 from router.train_sft import main as sft_main
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from data_pipeline.schema import Column, Table
+from core.schema import Column, Table
 from router.text import LINK_FEATURES, link_features, mention_spans, name_code, pinyin_initials, table_text, words
 
 MZ_CF = Table(

@@ -29,8 +29,8 @@ from data_pipeline.datasets import (
     load_sample,
     resolve_database,
 )
-from data_pipeline.graph import JoinPath, SchemaGraph
-from data_pipeline.schema import introspect
+from core.graph import JoinPath, SchemaGraph
+from core.schema import introspect
 
 BUILDERS: dict[str, Callable[[], bytes]] = {"hospital": build_hospital, "projects": build_projects}
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from data_pipeline.backends.registry import SQLiteBackend
-from data_pipeline.errors import SchemaError
+from core.errors import SchemaError
 from data_pipeline.sample_databases import description_file, is_sample_name, load_sample, resolve_database, sample_of
 
 

@@ -7,7 +7,7 @@ import sqlite3
 import pytest
 
 from data_pipeline import JoinPath, SchemaGraph, introspect
-from data_pipeline.errors import DataError, SchemaError
+from core.errors import DataError, SchemaError
 
 
 def test_introspect_tiny(tiny_db):
@@ -109,7 +109,7 @@ def test_description_sidecar(tiny_db, tmp_path):
 
 def test_schema_round_trip(tiny_db):
     s = introspect(tiny_db)
-    from data_pipeline.schema import Schema
+    from core.schema import Schema
 
     s2 = Schema.from_dict(s.to_dict())
     assert s2.fingerprint() == s.fingerprint()

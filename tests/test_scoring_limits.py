@@ -119,7 +119,7 @@ def test_workers_keep_the_guarantees(shop, tmp_path):
 
 
 def test_a_failing_gold_query_raises_from_the_workers_too(shop):
-    from data_pipeline.errors import DataError
+    from core.errors import DataError
 
     with ExecutionScorer(workers=1) as scorer:
         with pytest.raises(DataError, match="gold SQL does not run on this database .*no such table: nope"):

@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from data_pipeline.errors import ConfigError, DownloadError
-from data_pipeline.graph import JoinPath, SchemaGraph
-from data_pipeline.schema import Column, ForeignKey, Schema, Table
+from core.errors import ConfigError, DownloadError
+from core.graph import JoinPath, SchemaGraph
+from core.schema import Column, ForeignKey, Schema, Table
 from evaluation.gold_paths import SpiderGold, derive_gold_path
 from evaluation.spider_bench import SpiderBenchConfig, ambiguity_counts, main, report_markdown, score_routes
 

@@ -13,7 +13,7 @@ import pytest
 
 from data_pipeline import load_dataset
 from data_pipeline.backends.sqlite import connect_readonly, execute_readonly
-from data_pipeline.errors import DownloadError, SchemaError
+from core.errors import DownloadError, SchemaError
 from evaluation.spider_data import build_spider_dev_datasets, load_index, main, spider_dev_db_ids
 
 

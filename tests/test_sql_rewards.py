@@ -9,7 +9,7 @@ import pytest
 from helpers import load_sql_cases, make_case_dbs, sha256_file
 
 from data_pipeline.backends.sqlite import SQLiteExecutor
-from data_pipeline.errors import ConfigError, DataError, SchemaError
+from core.errors import ConfigError, DataError, SchemaError
 from rewards.sql import COMPONENTS, SQLRewardConfig, sql_reward_components, sql_rewards, weighted_total
 from rewards.sql_execution import ExecutionScorer, execution_reward
 from rewards.sql_format import format_reward

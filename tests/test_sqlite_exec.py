@@ -19,7 +19,7 @@ from data_pipeline.backends.sqlite import (
     execute_readonly,
     read_only_authorizer,
 )
-from data_pipeline.errors import ConfigError, QueryRejected, SchemaError
+from core.errors import ConfigError, QueryRejected, SchemaError
 
 # row counts chosen so the cartesian product of the three largest tables (1200 x 600 x 300 =
 # 216 million rows) takes far longer than any timeout used here

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from data_pipeline.errors import ConfigError, SchemaError
+from core.errors import ConfigError, SchemaError
 from data_pipeline.synthesize import fill_order, fk_violations, read_catalog, synthesize_rows
 
 QUIRKS_DDL = """

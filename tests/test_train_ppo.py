@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from data_pipeline.errors import CheckpointError, ConfigError
+from core.errors import CheckpointError, ConfigError
 from router.model import RouterModel
 from router.policy import RouterPolicy
 from router.train_ppo import PPOConfig, train

@@ -14,10 +14,10 @@ import sqlglot
 
 from data_pipeline import BuildConfig, JoinPath, build_dataset
 from data_pipeline.backends.sqlite import connect_readonly, execute_readonly
-from data_pipeline.errors import ConfigError
+from core.errors import ConfigError
 from data_pipeline.gold import UNFILTERED_FAMILIES, Plan, gold_sql
-from data_pipeline.graph import SchemaGraph
-from data_pipeline.schema import Column, ForeignKey, Schema, Table
+from core.graph import SchemaGraph
+from core.schema import Column, ForeignKey, Schema, Table
 from data_pipeline.templates import (
     TEMPLATES,
     UNFILTERED_FAMILIES_BY_SCOPE,

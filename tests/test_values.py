@@ -1,4 +1,4 @@
-"""Value linking (data_pipeline.values): a table of questions and the values they must (not) find,
+"""Value linking (core.values): a table of questions and the values they must (not) find,
 the index built from real databases, and hostile databases (no text, huge columns, bad bytes)."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from data_pipeline.backends.registry import load_backend
-from data_pipeline.errors import DataError
-from data_pipeline.values import ValueIndex, ValueIndexConfig, copy_columns, load_value_index, normalize
+from core.errors import DataError
+from core.values import ValueIndex, ValueIndexConfig, copy_columns, load_value_index, normalize
 
 INDEX = ValueIndex.from_values(
     {

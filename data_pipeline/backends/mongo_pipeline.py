@@ -8,7 +8,7 @@
 (recursively inside ``$lookup``, ``$facet`` and ``$unionWith``) are all in :data:`READ_STAGES`.
 ``$out`` and ``$merge`` are refused as write stages, write commands (``insert``, ``update``,
 ``delete``, ``drop``...) as write commands, and server-side JavaScript (``$function``,
-``$accumulator``, ``$where``) by name; each with :class:`~data_pipeline.errors.QueryRejected`.
+``$accumulator``, ``$where``) by name; each with :class:`~core.errors.QueryRejected`.
 
 **Paths as pipelines.** :class:`PathQuery` is what the gold SQL of a routed question says,
 independent of the language: the tables of the path and how each joins an earlier one, the
@@ -74,11 +74,11 @@ from sqlglot import exp
 from sqlglot.errors import ParseError, TokenError
 
 from data_pipeline.backends.sqlite import ExecutionResult
-from data_pipeline.errors import ConfigError, DataError, QueryRejected, SchemaError
+from core.errors import ConfigError, DataError, QueryRejected, SchemaError
 from data_pipeline.gold import Plan
-from data_pipeline.graph import JoinPath, SchemaGraph
-from data_pipeline.samples import Sample
-from data_pipeline.schema import Column, Schema, Table
+from core.graph import JoinPath, SchemaGraph
+from core.samples import Sample
+from core.schema import Column, Schema, Table
 
 READ_STAGES = frozenset(
     {
@@ -140,11 +140,11 @@ def check_query(query: str | Mapping[str, Any] | MongoQuery) -> MongoQuery:
     >>> check_query({"aggregate": "Orders", "pipeline": [{"$match": {}}, {"$out": "copy"}]})
     Traceback (most recent call last):
     ...
-    data_pipeline.errors.QueryRejected: write stage $out is not allowed (stage 2); only read stages may run
+    core.errors.QueryRejected: write stage $out is not allowed (stage 2); only read stages may run
     >>> check_query({"delete": "Orders", "deletes": []})
     Traceback (most recent call last):
     ...
-    data_pipeline.errors.QueryRejected: write command delete is not allowed; only an aggregate may run
+    core.errors.QueryRejected: write command delete is not allowed; only an aggregate may run
 
     Raises:
         QueryRejected: with a short reason: not JSON, not an object, a command other than
@@ -324,7 +324,7 @@ def path_joins(graph: SchemaGraph, path: JoinPath) -> tuple[Join, ...]:
 def plan_query(graph: SchemaGraph, path: JoinPath, plan: Plan, value: Any, second: Any = None) -> PathQuery:
     """The :class:`PathQuery` of :func:`data_pipeline.gold.gold_sql` for the same arguments.
 
-    >>> from data_pipeline.schema import Schema, Table, Column, ForeignKey
+    >>> from core.schema import Schema, Table, Column, ForeignKey
     >>> s = Schema("s", (Table("a", (Column("id", primary_key=True), Column("name"))),
     ...                  Table("b", (Column("id", primary_key=True), Column("a_id"), Column("qty")))),
     ...            (ForeignKey("b", "a_id", "a", "id"),))
@@ -489,7 +489,7 @@ def skeleton_pipeline(graph: SchemaGraph, path: JoinPath) -> MongoQuery:
     """The join skeleton of ``path`` as a pipeline: the twin of ``graph.skeleton(path)``
     (``SELECT COUNT(*) FROM ... JOIN ...``), one ``$lookup`` + ``$unwind`` per hop, then the count.
 
-    >>> from data_pipeline.schema import Schema, Table, Column, ForeignKey
+    >>> from core.schema import Schema, Table, Column, ForeignKey
     >>> s = Schema("s", (Table("a", (Column("id", primary_key=True),)), Table("b", (Column("id"), Column("a_id")))),
     ...            (ForeignKey("b", "a_id", "a", "id"),))
     >>> [next(iter(st)) for st in skeleton_pipeline(SchemaGraph(s), JoinPath("a", (), "b")).pipeline]

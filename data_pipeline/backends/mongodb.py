@@ -1,8 +1,8 @@
 """MongoDB schema introspection (pymongo only): collections as tables, fields as columns, references as FKs.
 
 A MongoDB database has no declared schema, so :func:`introspect_mongodb` reads one from the data
-and builds the same :class:`~data_pipeline.schema.Schema` the SQLite backend builds
-(``backend="mongodb"``), which gives the same :class:`~data_pipeline.graph.SchemaGraph`, legal
+and builds the same :class:`~core.schema.Schema` the SQLite backend builds
+(``backend="mongodb"``), which gives the same :class:`~core.graph.SchemaGraph`, legal
 paths and router inputs:
 
 - **tables**: every collection except ``system.*`` and :data:`METADATA_COLLECTION`;
@@ -23,7 +23,7 @@ paths and router inputs:
     (``Orders.CustomerID -> Customers.CustomerID``); several candidates without a name match
     (``Orders.ShipVia`` fits six small integer keys) are ambiguous and skipped with a warning.
 
-Connection problems raise :class:`~data_pipeline.errors.SchemaError` naming the URI with any
+Connection problems raise :class:`~core.errors.SchemaError` naming the URI with any
 password removed.
 """
 
@@ -43,8 +43,8 @@ from pymongo.database import Database
 from pymongo.errors import ConfigurationError, InvalidURI, PyMongoError
 from pymongo.uri_parser import parse_uri
 
-from data_pipeline.errors import ConfigError, DataError, SchemaError
-from data_pipeline.schema import SAMPLE_VALUES_PER_COLUMN, Column, ForeignKey, Schema, Table
+from core.errors import ConfigError, DataError, SchemaError
+from core.schema import SAMPLE_VALUES_PER_COLUMN, Column, ForeignKey, Schema, Table
 
 METADATA_COLLECTION = "_route2sql_schema"
 """Collection holding the declared schema document ``{"_id": "schema", "schema": {...}}``."""
@@ -369,7 +369,7 @@ def _declared_schema(
 
 
 def _describe(schema: Schema, sidecar: Path) -> Schema:
-    from data_pipeline.schema import _load_descriptions  # the SQLite backend's sidecar reader and checks
+    from core.schema import _load_descriptions  # the SQLite backend's sidecar reader and checks
 
     doc = _load_descriptions(sidecar, {t.name: list(t.columns) for t in schema.tables})
     d = schema.to_dict()

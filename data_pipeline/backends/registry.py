@@ -1,6 +1,6 @@
 """One door to a database, whatever it runs on: ``load_backend("sqlite" | "mongodb", db_or_uri)``.
 
-A :class:`Backend` introspects its schema (the same :class:`~data_pipeline.schema.Schema` either
+A :class:`Backend` introspects its schema (the same :class:`~core.schema.Schema` either
 way, hence the same graph, legal paths and router inputs), runs one read-only query under a time
 limit (SQL text on SQLite, an aggregation as JSON on MongoDB; see
 :mod:`data_pipeline.backends.mongo_pipeline`), and writes a sample's gold query in its own
@@ -54,11 +54,11 @@ from data_pipeline.backends.mongo_pipeline import (
 from data_pipeline.backends.mongodb import DEFAULT_SAMPLE_SIZE, connect, database_name, introspect_mongodb, redact_uri
 from data_pipeline.backends.sqlite import ExecutionResult, SQLiteExecutor, connect_readonly
 from data_pipeline.entities import ColumnStats, column_stats
-from data_pipeline.errors import ConfigError, DataError
+from core.errors import ConfigError, DataError
 from data_pipeline.gold import col
-from data_pipeline.graph import JoinPath, SchemaGraph
-from data_pipeline.samples import Sample
-from data_pipeline.schema import Schema, Table, decode_text, introspect, quote_ident
+from core.graph import JoinPath, SchemaGraph
+from core.samples import Sample
+from core.schema import Schema, Table, decode_text, introspect, quote_ident
 
 BACKENDS = ("sqlite", "mongodb")
 """Names accepted by :func:`load_backend` (``--backend``)."""

@@ -53,7 +53,7 @@ from sqlglot.dialects.dialect import Dialect
 from sqlglot.errors import ParseError, TokenError
 from sqlglot.tokens import TokenType
 
-from data_pipeline.errors import ConfigError, QueryRejected, SchemaError
+from core.errors import ConfigError, QueryRejected, SchemaError
 
 PROGRESS_STEPS = 1000
 """SQLite VM instructions between two deadline checks (a few microseconds of work each)."""
@@ -170,11 +170,11 @@ def check_statement(sql: str) -> str:
     >>> check_statement("SELECT 1; DROP TABLE t")
     Traceback (most recent call last):
     ...
-    data_pipeline.errors.QueryRejected: expected one statement, got 2
+    core.errors.QueryRejected: expected one statement, got 2
     >>> check_statement("WITH x AS (SELECT 1) DELETE FROM t")
     Traceback (most recent call last):
     ...
-    data_pipeline.errors.QueryRejected: only SELECT queries may run, not DELETE
+    core.errors.QueryRejected: only SELECT queries may run, not DELETE
 
     Raises:
         QueryRejected: with a short reason and its ``kind`` (see :class:`QueryRejected`): empty

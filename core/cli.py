@@ -3,7 +3,7 @@
 Every entry point (``python -m router.train_sft`` and friends) declares its options as a
 dataclass whose fields carry a one-line docstring underneath, as in CleanRL's ``Args``;
 :func:`parse` turns it into a parser with tyro, and :func:`run_main` turns a user's mistake
-(any :class:`~data_pipeline.errors.Route2SQLError`) into one line on stderr and exit status 2.
+(any :class:`~core.errors.Route2SQLError`) into one line on stderr and exit status 2.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 import tyro
 
-from data_pipeline.errors import Route2SQLError
+from core.errors import Route2SQLError
 
 T = TypeVar("T")
 
@@ -27,7 +27,7 @@ def parse(config_cls: type[T], args: Sequence[str] | None = None, description: s
     Field names become ``--kebab-case`` flags; the docstring under each field is its help.
     A boolean field takes ``--flag True`` / ``--flag False``; ``--no-flag`` is short for
     ``--flag False`` and a bare ``--flag`` for ``--flag True`` (nested fields too: ``--no-reward.x``).
-    Cross-field checks in ``__post_init__`` raise :class:`~data_pipeline.errors.ConfigError`.
+    Cross-field checks in ``__post_init__`` raise :class:`~core.errors.ConfigError`.
 
     Raises:
         SystemExit: status 2 after printing ``error: <field>: <message>`` as one line when

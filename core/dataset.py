@@ -4,9 +4,9 @@ Layout written by ``python -m data_pipeline.build --out DIR``::
 
     DIR/schema.json      Schema.to_dict() plus {"max_hops": int, "db_path": str} ("" for a MongoDB
                          data set: its "backend" is "mongodb" and "source" the URI, password hidden)
-    DIR/samples.jsonl    every generated Sample, each with its split (record schema in data_pipeline.samples)
+    DIR/samples.jsonl    every generated Sample, each with its split (record schema in core.samples)
     DIR/human.jsonl      human-written evaluation questions (split "human"; same record schema), if any
-    DIR/values.json      the value index of the database's text columns (data_pipeline.values), if built
+    DIR/values.json      the value index of the database's text columns (core.values), if built
     DIR/summary.json     counts: per path, per hop, null-via share, language mix, splits
 
 Human-written questions are kept apart from ``samples`` (``BuiltDataset.human``), so no code that
@@ -21,12 +21,12 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from data_pipeline.errors import DataError
-from data_pipeline.graph import SchemaGraph
-from data_pipeline.io import write_json
-from data_pipeline.samples import Sample, load_samples, save_samples
-from data_pipeline.schema import Schema
-from data_pipeline.values import VALUE_INDEX_FILE, ValueIndex
+from core.errors import DataError
+from core.graph import SchemaGraph
+from core.io import write_json
+from core.samples import Sample, load_samples, save_samples
+from core.schema import Schema
+from core.values import VALUE_INDEX_FILE, ValueIndex
 
 HUMAN_FILE = "human.jsonl"
 """File name of the human-written evaluation questions inside a data set folder."""

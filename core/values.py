@@ -52,11 +52,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from data_pipeline.errors import ConfigError, DataError
-from data_pipeline.io import write_json
+from core.errors import ConfigError, DataError
+from core.io import write_json
 
 if TYPE_CHECKING:
-    from data_pipeline.schema import Schema
+    from core.schema import Schema
 
 VALUE_INDEX_FILE = "values.json"
 """File name of a saved index inside a data set or router folder."""
@@ -527,11 +527,11 @@ def schema_words_of(schema: Schema) -> frozenset[str]:
     """Folded words of the table and column names of ``schema``, singular and plural forms
     ("Order Details" -> order, orders, detail, details).
 
-    >>> from data_pipeline.schema import Schema, Table, Column
+    >>> from core.schema import Schema, Table, Column
     >>> sorted(schema_words_of(Schema("s", (Table("OrderDetails", (Column("UnitPrice"),)),), ())))
     ['detail', 'details', 'order', 'orders', 'price', 'prices', 'unit', 'units']
     """
-    from data_pipeline.schema import humanize
+    from core.schema import humanize
 
     out: set[str] = set()
     for t in schema.tables:
@@ -552,7 +552,7 @@ def copy_columns(index: ValueIndex, schema: Schema, min_overlap: float = 0.8, mi
     of B: Northwind's ``Orders.ShipName`` copies ``Customers.CompanyName``. No one names an
     order by its ship name, so question generation does not.
 
-    >>> from data_pipeline.schema import Schema, Table, Column, ForeignKey
+    >>> from core.schema import Schema, Table, Column, ForeignKey
     >>> s = Schema("s", (Table("c", (Column("id", primary_key=True), Column("name", "TEXT"))),
     ...                  Table("o", (Column("id", primary_key=True), Column("c_id"), Column("ship_name", "TEXT")))),
     ...            (ForeignKey("o", "c_id", "c", "id"),))

@@ -28,9 +28,9 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from data_pipeline.errors import DataError
-from data_pipeline.graph import JoinPath
-from data_pipeline.io import read_jsonl, write_jsonl
+from core.errors import DataError
+from core.graph import JoinPath
+from core.io import read_jsonl, write_jsonl
 
 SPLITS = ("train", "validation", "test", "test_heldout", "human")
 GENERATED_SPLITS = ("train", "validation", "test", "test_heldout")

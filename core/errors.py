@@ -3,7 +3,7 @@
 Every error a *user* can cause (a bad file, a bad flag, a query that must not run) is a
 :class:`Route2SQLError` child that says where the problem is: the file, the line or the field.
 Command-line entry points print these as one line and exit with status 2, no traceback
-(see :func:`data_pipeline.cli.run_main`).
+(see :func:`core.cli.run_main`).
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from data_pipeline.errors import DataError, Route2SQLError
+from core.errors import DataError, Route2SQLError
 
 
 def cache_dir(*parts: str) -> Path:

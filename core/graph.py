@@ -18,8 +18,8 @@ from typing import Any
 
 import networkx as nx
 
-from data_pipeline.errors import DataError, SchemaError
-from data_pipeline.schema import ForeignKey, Schema, quote_ident
+from core.errors import DataError, SchemaError
+from core.schema import ForeignKey, Schema, quote_ident
 
 DEFAULT_MAX_HOPS = 3
 
@@ -160,7 +160,7 @@ class SchemaGraph:
     def from_clause(self, path: JoinPath) -> str:
         """The ``FROM ... JOIN ... ON ...`` clause that walks ``path`` (identifiers quoted).
 
-        >>> from data_pipeline.schema import Schema, Table, Column, ForeignKey
+        >>> from core.schema import Schema, Table, Column, ForeignKey
         >>> s = Schema("s", (Table("a", (Column("id", primary_key=True),)),
         ...                  Table("b", (Column("id"), Column("a_id")))), (ForeignKey("b", "a_id", "a", "id"),))
         >>> SchemaGraph(s).from_clause(JoinPath("a", (), "b"))

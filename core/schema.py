@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from data_pipeline.errors import DataError, SchemaError
+from core.errors import DataError, SchemaError
 
 SAMPLE_VALUES_PER_COLUMN = 5
 
