@@ -1,0 +1,167 @@
+"""Label-free router reward (rewards/label_free.py): a table of single cases per component.
+
+The schema is Northwind-shaped (tests/test_router_rewards.py); the row counter is a table of
+counts by route and filter, so each case says what the database would return.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from core.errors import ConfigError
+from core.graph import JoinPath, SchemaGraph
+from core.schema import Column, ForeignKey, Schema, Table
+from core.values import ValueMatch
+from rewards.label_free import (
+    COMPONENTS,
+    LabelFreeConfig,
+    detour_hops,
+    filtered_skeleton_sql,
+    label_free_components,
+    label_free_rewards,
+    target_evidence,
+)
+from tests.test_router_rewards import NORTHWIND_FKS
+
+
+@pytest.fixture(scope="module")
+def graph() -> SchemaGraph:
+    cols: dict[str, set[str]] = {}
+    for t, c, rt, rc in NORTHWIND_FKS:
+        cols.setdefault(t, set()).add(c)
+        cols.setdefault(rt, set()).add(rc)
+    cols["Products"].add("ProductName")
+    tables = tuple(Table(name, tuple(Column(c) for c in sorted(cs))) for name, cs in sorted(cols.items()))
+    return SchemaGraph(Schema("nw", tables, tuple(ForeignKey(*fk) for fk in NORTHWIND_FKS)), max_hops=3)
+
+
+P = JoinPath
+TUNNBROD = ValueMatch("Products", "ProductName", "Tunnbröd", 1.0, 24, 32, True)
+PARTIAL = ValueMatch("Products", "ProductName", "Mishi Kobe Niku", 0.6, 0, 10, False)
+EV_CUSTOMERS = {"Customers": 1.0, "Orders": 0.0, "Products": 0.0}
+
+
+def counter(table: dict[str, int]):
+    """A row counter that answers by the FROM clause's tables; an unknown query cannot run (None)."""
+
+    def count(sql: str) -> int | None:
+        for key, n in table.items():
+            if key in sql:
+                return n
+        return None
+
+    return count
+
+
+ALWAYS_ROWS = counter({"SELECT": 3})
+
+# (route, matches, evidence, counter, expected components, why)
+CASES = [
+    (P("Products", ("Order Details", "Orders"), "Customers"), [TUNNBROD], EV_CUSTOMERS, ALWAYS_ROWS,
+     {"value_anchor": 0.5, "rows": 0.5, "target_evidence": 0.5, "detour": 0.0, "legal": 0.0, "total": 1.5},
+     "the intended route: value in the anchor, rows, the asked-for target"),
+    (P("Products", ("Order Details", "Orders"), "Customers"), [PARTIAL], EV_CUSTOMERS, ALWAYS_ROWS,
+     {"value_anchor": 0.3, "rows": 0.5, "total": 1.3}, "a partial value match pays its score"),
+    (P("Customers", (), "Customers"), [TUNNBROD], EV_CUSTOMERS, ALWAYS_ROWS,
+     {"value_anchor": 0.0, "rows": 0.0, "target_evidence": 0.5, "total": 0.5},
+     "anchor holds no mentioned value: no anchor credit, and no rows credit (conditional)"),
+    (P("Products", ("Order Details", "Orders"), "Customers"), [TUNNBROD], EV_CUSTOMERS, counter({"SELECT": 0}),
+     {"value_anchor": 0.0, "rows": 0.0, "n_rows": 0.0, "total": 0.5}, "the filter finds no rows on this route: anchor not right"),
+    (P("Products", ("Order Details", "Orders"), "Customers"), [TUNNBROD], EV_CUSTOMERS, counter({}),
+     {"value_anchor": 0.0, "rows": 0.0, "n_rows": -1.0, "total": 0.5}, "the skeleton cannot run (None): nothing paid for it"),
+    (P("Products", ("Order Details", "Orders"), "Customers"), [TUNNBROD], EV_CUSTOMERS, counter({"SELECT": 20_000}),
+     {"value_anchor": 0.5, "rows": 0.0, "total": 1.0}, "more rows than the row budget: no rows credit"),
+    (P("Suppliers", (), "Suppliers"), [], {"Suppliers": 1.0}, counter({"SELECT": 29}),
+     {"value_anchor": 0.5, "rows": 0.5, "target_evidence": 0.5, "total": 1.5},
+     "no value mentioned: the anchor counts when the question names it"),
+    (P("Orders", (), "Orders"), [], {"Suppliers": 1.0}, counter({"SELECT": 830}),
+     {"value_anchor": 0.0, "rows": 0.0, "target_evidence": 0.0, "total": 0.0}, "no value and an unnamed anchor: nothing"),
+    (P("Products", ("Categories",), "Products"), [TUNNBROD], {"Products": 1.0}, ALWAYS_ROWS,
+     {"legal": -1.0, "value_anchor": 0.0, "total": -1.0}, "illegal route (a table repeats): only the penalty, nothing run"),
+    (P("Customers", ("Orders", "Order Details"), "Products"), [], {"Customers": 0.5, "Products": 1.0}, ALWAYS_ROWS,
+     {"detour": 0.0, "total": 1.5}, "2 hops is the shortest route Customers -> Products: no detour"),
+]
+
+
+@pytest.mark.parametrize(("path", "matches", "evidence", "count", "expected", "why"), CASES, ids=[c[-1] for c in CASES])
+def test_components_table(graph, path, matches, evidence, count, expected, why) -> None:
+    comp = label_free_components(path, graph, matches, evidence, count)
+    assert set(COMPONENTS) <= set(comp)
+    for k, v in expected.items():
+        assert comp[k] == pytest.approx(v), f"{k}: {why}"
+
+
+def test_rows_credit_needs_the_anchor_unless_ablated(graph) -> None:
+    path = P("Customers", (), "Customers")
+    assert label_free_components(path, graph, [TUNNBROD], EV_CUSTOMERS, ALWAYS_ROWS)["rows"] == 0.0
+    free = LabelFreeConfig(conditional_rows=False)
+    assert label_free_components(path, graph, [TUNNBROD], EV_CUSTOMERS, ALWAYS_ROWS, free)["rows"] == 0.5
+
+
+def test_the_filter_uses_the_best_value_of_the_anchor_that_finds_rows(graph) -> None:
+    other = ValueMatch("Products", "QuantityPerUnit", "10 boxes", 0.9, 0, 5, False)
+    seen: list[str] = []
+
+    def count(sql: str) -> int:
+        seen.append(sql)
+        return 0 if "Tunnbröd" in sql else 4
+
+    comp = label_free_components(P("Products", (), "Products"), graph, [other, TUNNBROD], {}, count)
+    assert comp["value_anchor"] == pytest.approx(0.45)  # Tunnbröd (1.0) found nothing; the next value (0.9) did
+    assert "Tunnbröd" in seen[0] and "10 boxes" in seen[1]
+
+
+def test_detour_hops(graph) -> None:
+    assert detour_hops(graph, P("Customers", ("Orders",), "Order Details")) == 0
+    assert detour_hops(graph, P("Orders", (), "Orders")) == 0
+    # Employees -> Orders is one join; the route through the territories is not one of them
+    assert detour_hops(graph, P("Employees", ("Orders", "Customers"), "CustomerCustomerDemo")) == 0
+    assert detour_hops(graph, P("Order Details", ("Orders",), "Employees")) == 0
+    tri = SchemaGraph(Schema("tri", (Table("a", (Column("id"),)), Table("b", (Column("id"), Column("a_id"))),
+                                     Table("c", (Column("id"), Column("a_id"), Column("b_id")))),
+                             (ForeignKey("b", "a_id", "a", "id"), ForeignKey("c", "a_id", "a", "id"), ForeignKey("c", "b_id", "b", "id"))))
+    assert detour_hops(tri, P("a", ("b",), "c")) == 1  # a joins c directly
+    assert label_free_components(P("a", ("b",), "c"), tri, [], {"a": 0.5, "c": 1.0}, ALWAYS_ROWS)["detour"] == pytest.approx(-0.1)
+
+
+def test_filtered_skeleton_sql_quotes_and_refuses_another_table(graph) -> None:
+    sql = filtered_skeleton_sql(graph, P("Products", (), "Products"), ValueMatch("Products", "ProductName", "Chef Anton's", 1.0, 0, 1, True))
+    assert sql.endswith("WHERE \"Products\".\"ProductName\" = 'Chef Anton''s'")
+    with pytest.raises(ValueError, match="not in the anchor"):
+        filtered_skeleton_sql(graph, P("Orders", (), "Orders"), TUNNBROD)
+
+
+# (question, table spans, value spans, column spans, value tables, expected evidence, why)
+EVIDENCE = [
+    ("How many orders did Alfreds place?", {"Orders": [(9, 15)]}, [(20, 27)], {}, ["Customers"],
+     {"Orders": 1.0, "Customers": 0.0}, "the table after 'how many' is asked for; the value table is not"),
+    ("List the products of supplier Tokyo Traders", {"Products": [(9, 17)], "Suppliers": [(21, 29)]}, [(30, 43)], {}, ["Suppliers"],
+     {"Products": 1.0, "Suppliers": 0.5}, "nearest name after the question word wins; the other is only named"),
+    ("Orders shipped by Speedy Express", {"Orders": [(0, 6)], "Shippers": []}, [(18, 32)], {}, ["Shippers"],
+     {"Orders": 0.5, "Shippers": 0.0}, "no question word: named tables get the named score only"),
+    ("What is the order date for Ipoh Coffee?", {}, [(27, 38)], {"Orders": [(12, 22)]}, ["Products"],
+     {"Orders": 1.0, "Products": 0.0}, "a column name after the question word points at its table"),
+    ("Where is Bottom-Dollar Markets?", {"Markets": [(23, 30)]}, [(9, 30)], {}, ["Customers"],
+     {"Markets": 0.0, "Customers": 1.0}, "a name inside the value is part of the value; nothing else named: the value's row"),
+    ("Chai 的供应商是谁？", {"Suppliers": [(6, 9)]}, [(0, 4)], {}, ["Products"],
+     {"Suppliers": 1.0, "Products": 0.0}, "Chinese: nothing after 谁, the nearest name before it"),
+]
+
+
+@pytest.mark.parametrize(("q", "spans", "vspans", "cspans", "vtables", "expected", "why"), EVIDENCE, ids=[e[-1] for e in EVIDENCE])
+def test_target_evidence_table(q, spans, vspans, cspans, vtables, expected, why) -> None:
+    assert target_evidence(q, spans, vspans, cspans, vtables) == expected, why
+
+
+def test_batch_form_and_length_check(graph) -> None:
+    paths = [P("Suppliers", (), "Suppliers"), P("Orders", (), "Orders")]
+    assert label_free_rewards(paths, graph, [[], []], [{"Suppliers": 1.0}] * 2, ALWAYS_ROWS) == [1.5, 0.0]
+    with pytest.raises(ValueError, match="differ in length"):
+        label_free_rewards(paths, graph, [[]], [{}], ALWAYS_ROWS)
+
+
+@pytest.mark.parametrize(("kw", "where"), [({"anchor_weight": -1}, "anchor_weight"), ({"illegal_penalty": 1}, "illegal_penalty"),
+                                           ({"row_budget": 0}, "row_budget"), ({"detour_penalty": float("nan")}, "detour_penalty")])
+def test_config_errors_name_the_field(kw, where) -> None:
+    with pytest.raises(ConfigError, match=where):
+        LabelFreeConfig(**kw)
