@@ -29,7 +29,7 @@ from envs.featurizers import FeatureTable
 from envs.schema_routing import SchemaRoutingEnv
 from rewards.router import RewardConfig
 from router.policy import RouterBatch
-from router.train_sft import EncodedSplit
+from router.sft_data import EncodedSplit
 
 OBS_KEYS = ("input_ids", "attention_mask", "links")
 

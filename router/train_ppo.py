@@ -101,7 +101,7 @@ from router.policy import RouterPolicy
 from router.ppo_checkpoint import STATE_FILE, TrainerState, load_checkpoint, save_checkpoint
 from router.rollout import OBS_KEYS, env_rng_states, make_routing_envs, policy_batch, restore_envs, routing_features
 from router.calibration import fit_temperature
-from router.train_sft import EncodedSplit, RewardTable, encode_split, lr_lambda, predict_split, split_log_probs
+from router.sft_data import EncodedSplit, RewardTable, encode_split, lr_lambda, predict_split, split_log_probs
 
 PRESETS: dict[str, dict[str, Any]] = {
     "fast": {"actor_lr": 5e-6, "critic_lr": 1e-4, "clip_range": 0.1, "total_updates": 30},

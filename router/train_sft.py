@@ -15,7 +15,8 @@ detached features, and is calibrated again on the final policy after early stopp
 critic starts from SFT (seed 002: a random critic destroyed the actor).
 
 Speed: the embeddings and lower encoder layers are frozen and their outputs for every question
-and table are computed once; only the top ``trainable_layers`` layers and the heads train.
+are computed once (:func:`router.sft_data.encode_split`, shared with PPO); only the top
+``trainable_layers`` layers and the heads train.
 Early stopping keeps the epoch with the best validation full-path accuracy.
 
 Several schemas: when ``--data`` is not a data set folder but a folder of them (as
@@ -67,13 +68,14 @@ from core.io import write_json, write_jsonl
 from core.samples import Sample
 from core.values import VALUE_INDEX_FILE
 from router.calibration import expected_calibration_error, fit_temperature
-from rewards.router import RewardConfig, path_reward_components
+from rewards.router import RewardConfig
 from router.backbones import DEFAULT_ENCODER
 from router.evaluate import format_table, path_metrics
 from router.model import PathSpace, RouterModel
-from router.policy import PathDistribution, RouterBatch, RouterPolicy
+from router.policy import PathDistribution, RouterPolicy
 from router.route import SCHEMAS_FILE
 from router import sft_resume
+from router.sft_data import EncodedSplit, RewardTable, encode_split, lr_lambda, predict_split, split_log_probs
 
 
 @dataclass
@@ -167,124 +169,7 @@ class SFTConfig:
         return d
 
 
-# --------------------------------------------------------------------------- cached questions
-
-
-@dataclass
-class EncodedSplit:
-    """One split's questions with their frozen-layer states cached, and their labels.
-
-    Attributes:
-        samples: the samples.
-        ids, lower: per-sample ``(len_i,)`` token ids and ``(len_i, hidden)`` frozen-part states.
-        mentions: per-sample ``(len_i, T)`` token-names-table indicators (None: tokenizer without offsets).
-        links: ``(n, T, F)`` lexical link features.
-        anchor, pair, path: ``(n,)`` gold anchor table, (anchor, via) pair and path indices.
-        reward_row: ``(n,)`` row of the gold path in the reward table.
-    """
-
-    samples: list[Sample]
-    ids: list[torch.Tensor]
-    lower: list[torch.Tensor]
-    mentions: list[torch.Tensor] | None
-    links: torch.Tensor
-    anchor: torch.Tensor
-    pair: torch.Tensor
-    path: torch.Tensor
-    reward_row: torch.Tensor
-
-    def __len__(self) -> int:
-        return len(self.samples)
-
-    def batch(self, idx: Sequence[int]) -> RouterBatch:
-        """A padded :class:`RouterBatch` (``lower`` set) of the samples at ``idx``."""
-        width = max(len(self.ids[i]) for i in idx)
-        hidden = self.lower[idx[0]].shape[-1]
-        ids = torch.zeros(len(idx), width, dtype=torch.long)
-        mask = torch.zeros(len(idx), width, dtype=torch.long)
-        lower = torch.zeros(len(idx), width, hidden)
-        ment = None if self.mentions is None else torch.zeros(len(idx), width, self.links.shape[1])
-        for row, i in enumerate(idx):
-            n = len(self.ids[i])
-            ids[row, :n] = self.ids[i]
-            mask[row, :n] = 1
-            lower[row, :n] = self.lower[i]
-            if ment is not None and self.mentions is not None:
-                ment[row, :n] = self.mentions[i]
-        return RouterBatch(ids, mask, self.links[list(idx)], ment, lower)
-
-
-class RewardTable:
-    """Reward of every legal path against each gold path seen: ``table[row(gold), path]``."""
-
-    def __init__(self, space: PathSpace, config: RewardConfig):
-        self.space = space
-        self.config = config
-        self.rows: dict[int, int] = {}
-        self._rows: list[list[float]] = []
-
-    def row(self, gold: int) -> int:
-        if gold not in self.rows:
-            g = self.space.paths[gold]
-            self.rows[gold] = len(self._rows)
-            self._rows.append(
-                [path_reward_components(p, g, self.space.graph, self.config)["total"] for p in self.space.paths]
-            )
-        return self.rows[gold]
-
-    @property
-    def table(self) -> torch.Tensor:
-        """``(n_gold_rows, N)`` float tensor."""
-        return torch.tensor(self._rows, dtype=torch.float32)
-
-
-def encode_split(
-    policy: RouterPolicy, samples: list[Sample], rewards: RewardTable, where: str, batch_size: int = 64
-) -> EncodedSplit:
-    """Tokenize ``samples``, run the frozen encoder part once, and index their gold paths.
-
-    Raises:
-        DataError: a question is empty or too long, or a gold path is not legal (naming ``where``
-            and the sample id).
-    """
-    space = policy.space
-    model = policy.model
-    n = len(samples)
-    order = sorted(range(n), key=lambda i: len(samples[i].question))
-    ids: list[torch.Tensor] = [torch.zeros(0)] * n
-    lower: list[torch.Tensor] = [torch.zeros(0)] * n
-    mentions: list[torch.Tensor] | None = [torch.zeros(0)] * n
-    links = torch.zeros(n, space.n_tables, model.config.n_link_features)
-    for start in range(0, n, batch_size):
-        chunk = order[start : start + batch_size]
-        try:
-            batch = policy.make_batch([samples[i].question for i in chunk], with_lower=True)
-        except DataError as exc:
-            bad = samples[chunk[(exc.line or 1) - 1]]
-            raise DataError(f"sample {bad.id}: {exc.message}", where=where) from exc
-        assert batch.lower is not None
-        for row, i in enumerate(chunk):
-            m = int(batch.attention_mask[row].sum())
-            ids[i] = batch.input_ids[row, :m].clone()
-            lower[i] = batch.lower[row, :m].clone()
-            links[i] = batch.links[row]
-            if batch.mentions is None:
-                mentions = None
-            elif mentions is not None:
-                mentions[i] = batch.mentions[row, :m].clone()
-    paths = [space.index(s.path, where=f"{where} (sample {s.id})") for s in samples]
-    path_t = torch.tensor(paths, dtype=torch.long)
-    return EncodedSplit(
-        samples=samples,
-        ids=ids,
-        lower=lower,
-        mentions=mentions,
-        links=links,
-        anchor=space.path_anchor[path_t] if n else path_t,
-        pair=space.path_pair[path_t] if n else path_t,
-        path=path_t,
-        reward_row=torch.tensor([rewards.row(p) for p in paths], dtype=torch.long),
-    )
+# --------------------------------------------------------------------------- loss weights and value calibration
 
 
 def class_weights(labels: Sequence[Any], power: float) -> torch.Tensor:
@@ -316,54 +201,6 @@ def head_losses(
         w = weights[head][rows]
         out[head] = (w * values).sum() / w.sum()
     return out
-
-
-def lr_lambda(total_steps: int, warmup_ratio: float) -> Any:
-    """Linear warm-up then cosine decay to 0, as a ``LambdaLR`` factor of the step."""
-    warmup = max(1, int(total_steps * warmup_ratio))
-
-    def factor(step: int) -> float:
-        if step < warmup:
-            return (step + 1) / warmup
-        progress = (step - warmup) / max(1, total_steps - warmup)
-        return 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress)))
-
-    return factor
-
-
-@torch.no_grad()
-def predict_split(policy: RouterPolicy, split: EncodedSplit, batch_size: int = 128) -> tuple[list[int], float]:
-    """Joint-decoded path indices of a cached split and its mean gold-path NLL (eval mode)."""
-    was = policy.training
-    policy.eval()
-    try:
-        cand = policy.candidates()
-        preds: list[int] = []
-        nll = 0.0
-        for start in range(0, len(split), batch_size):
-            idx = list(range(start, min(start + batch_size, len(split))))
-            dist = policy.distribution(split.batch(idx), candidates=cand)
-            preds.extend(dist.mode().tolist())
-            nll -= float(dist.log_prob_of(split.path[idx]).sum())
-    finally:
-        policy.train(was)
-    return preds, nll / max(1, len(split))
-
-
-@torch.no_grad()
-def split_log_probs(policy: RouterPolicy, split: EncodedSplit, batch_size: int = 128) -> torch.Tensor:
-    """Joint log-probabilities ``(n, N)`` of every legal path for each question of a cached split (eval mode)."""
-    was = policy.training
-    policy.eval()
-    try:
-        cand = policy.candidates()
-        rows = [
-            policy.distribution(split.batch(list(range(s, min(s + batch_size, len(split))))), candidates=cand).log_prob
-            for s in range(0, len(split), batch_size)
-        ]
-    finally:
-        policy.train(was)
-    return torch.cat(rows) if rows else torch.zeros(0, policy.space.n_paths)
 
 
 @torch.no_grad()
