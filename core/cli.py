@@ -119,14 +119,17 @@ def program_name() -> str | None:
 
 
 def plain_text(text: str) -> str:
-    """Help text without reST markup: ``code`` and :func:`name` become code and name.
+    r"""Help text without reST markup: ``code`` and :func:`name` become code and name, a literal block's ``::`` one colon.
 
     >>> plain_text("Run ``python -m x`` (see :func:`router.route.main`).")
     'Run python -m x (see router.route.main).'
+    >>> plain_text("For example::\n\n    python -m x")
+    'For example:\n\n    python -m x'
     """
     import re
 
     text = re.sub(r":[a-z]+:`~?([^`]+)`", r"\1", text)
+    text = re.sub(r"(?<=\S)::(?=\s*\n)", ":", text)
     return text.replace("``", "")
 
 
