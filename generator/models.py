@@ -31,6 +31,7 @@ import json
 import os
 import sys
 import tempfile
+import warnings
 import zipfile
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -543,7 +544,9 @@ def load_generator(cfg: ModelConfig) -> tuple[PreTrainedModel, PreTrainedTokeniz
             task_type="CAUSAL_LM",
         )
         try:
-            model = get_peft_model(model, lora)
+            with warnings.catch_warnings():  # peft asks transformers a deprecated question; not the user's concern
+                warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
+                model = get_peft_model(model, lora)
         except ValueError as exc:  # peft names the modules it could not find
             raise ConfigError(str(exc), where="--lora-target-modules") from exc
     if model.generation_config is not None:
