@@ -60,7 +60,7 @@ def tiny_graph(tiny_db) -> SchemaGraph:
 
 def make(env_id: str, graph: SchemaGraph, samples: list[Sample], **kw) -> gym.Env:
     # v0's default featurizer loads the real encoder; the fake one exercises the same class offline.
-    if env_id == "route2sql/SchemaRouting-v0":
+    if env_id in ("route2sql/SchemaRouting-v0", "route2sql/SchemaRouting-v1"):
         kw.setdefault("featurizer", EncoderFeaturizer(FakeEncoder(), prefix="query: "))
     return gym.make(env_id, graph=graph, samples=samples, disable_env_checker=True, **kw)
 
@@ -279,7 +279,7 @@ def test_registry_ids_are_versioned():
     assert envs.ENV_IDS == tuple(sorted(i for i in gym.registry if i.startswith("route2sql/")))
     for env_id in envs.ENV_IDS:
         spec = gym.spec(env_id)
-        assert spec.version == 0 and spec.entry_point == "envs.schema_routing:SchemaRoutingEnv"
+        assert spec.entry_point == envs.ENTRY_POINTS[spec.version]
         assert spec.max_episode_steps is None  # one step, then terminated
 
 

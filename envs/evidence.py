@@ -1,0 +1,190 @@
+"""What the label-free reward needs to know about a question, computed once per question, and the
+database row counter it calls.
+
+:func:`question_evidence` gathers, for one question: the values it mentions
+(:meth:`core.values.ValueIndex.lookup`), where it names each table and column, and the target
+evidence scored from those spans (:func:`rewards.label_free.target_evidence`). Table spans come
+from a ``mention_spans(question, tables)`` function: the router passes its own
+(``router.text.mention_spans``: names, descriptions, synonyms, Chinese names, pinyin initials);
+without one, :func:`name_spans` here finds a table's humanised name, its Chinese name and its
+synonyms (:func:`data_pipeline.relations.table_synonyms`), singular or plural.
+:func:`column_spans` finds a table's non-key column names the same way.
+
+:class:`CachedRowCounter` runs the label-free reward's ``SELECT COUNT(*)`` texts on the data set's
+SQLite database through the read-only :class:`~data_pipeline.backends.sqlite.SQLiteExecutor`
+(timeout, row cap) and caches each count, so a rollout pays for a query once per route and value.
+
+>>> from core.schema import Table, Column
+>>> ts = [Table("Customers", (Column("CompanyName", "TEXT"),), zh="客户"), Table("Orders", (Column("OrderDate"),))]
+>>> name_spans("Which customers placed orders?", ts)
+[[(6, 15)], [(23, 29)]]
+>>> column_spans("What is the order date of 客户 Alfreds?", ts)
+[[], [(12, 22)]]
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from core.graph import SchemaGraph
+from core.schema import Table, humanize
+from core.values import ValueIndex, ValueMatch
+from data_pipeline.backends.sqlite import SQLiteExecutor
+from data_pipeline.relations import table_synonyms
+from rewards.label_free import target_evidence
+
+logger = logging.getLogger(__name__)
+
+SpanFinder = Callable[[str, Sequence[Table]], list[list[tuple[int, int]]]]
+"""``mention_spans(question, tables)``: per table, the ``[start, end)`` spans where the question names it."""
+
+_WORD = re.compile(r"[A-Za-z0-9]+")
+_KEY = re.compile(r"(^|\s)(id|code|key)$")
+
+
+def _stem(word: str) -> str:
+    w = word.lower()
+    if len(w) > 4 and w.endswith("ies"):
+        return w[:-3] + "y"
+    if len(w) > 3 and w.endswith("s") and not w.endswith("ss"):
+        return w[:-1]
+    return w
+
+
+def _find(question: str, forms: Sequence[tuple[str, ...]], chinese: Sequence[str]) -> list[tuple[int, int]]:
+    words = [(m.start(), m.end(), _stem(m.group())) for m in _WORD.finditer(question)]
+    stems = [w for _, _, w in words]
+    spans: set[tuple[int, int]] = set()
+    for form in forms:
+        n = len(form)
+        for i in range(len(stems) - n + 1):
+            if tuple(stems[i : i + n]) == form:
+                spans.add((words[i][0], words[i + n - 1][1]))
+    for z in chinese:
+        start = question.find(z)
+        while start >= 0:
+            spans.add((start, start + len(z)))
+            start = question.find(z, start + 1)
+    return sorted(spans)
+
+
+def _maximal(found: list[list[tuple[int, int]]]) -> list[list[tuple[int, int]]]:
+    every = [s for spans in found for s in spans]
+    return [[(a, b) for a, b in spans if not any(c <= a and b <= d and d - c > b - a for c, d in every)] for spans in found]
+
+
+def name_spans(question: str, tables: Sequence[Table]) -> list[list[tuple[int, int]]]:
+    """Where ``question`` names each table: its humanised name's word stems in a row, its
+    synonyms, its Chinese name (2+ characters); a span inside a longer one of another table is
+    dropped ("order details" names Order Details, not Orders). Same contract as
+    ``router.text.mention_spans``, with fewer sources."""
+    found = []
+    for t in tables:
+        syn_en, syn_zh = table_synonyms(t)
+        forms = [tuple(_stem(w) for w in _WORD.findall(s)) for s in (humanize(t.name), *syn_en)]
+        found.append(_find(question, [f for f in forms if f], [z for z in (t.zh, *syn_zh) if len(z) >= 2]))
+    return _maximal(found)
+
+
+def column_spans(question: str, tables: Sequence[Table]) -> list[list[tuple[int, int]]]:
+    """Where ``question`` names one of each table's non-key columns (humanised name, or its Chinese
+    name of 2+ characters); key columns (``CustomerID``) name other tables and are skipped."""
+    found = []
+    for t in tables:
+        forms, chinese = [], []
+        for c in t.columns:
+            h = humanize(c.name)
+            if c.primary_key or _KEY.search(h):
+                continue
+            forms.append(tuple(_stem(w) for w in _WORD.findall(h)))
+            if len(c.zh) >= 2:
+                chinese.append(c.zh)
+        found.append(_find(question, [f for f in forms if f], chinese))
+    return _maximal(found)
+
+
+@dataclass(frozen=True)
+class QuestionEvidence:
+    """What the label-free reward reads about one question.
+
+    Attributes:
+        matches: the values it mentions, best first (restricted to the schema's tables).
+        evidence: ``{table: score in [0, 1]}`` for every table, from
+            :func:`rewards.label_free.target_evidence`.
+    """
+
+    matches: tuple[ValueMatch, ...]
+    evidence: dict[str, float] = field(default_factory=dict)
+
+
+def question_evidence(
+    question: str,
+    graph: SchemaGraph,
+    values: ValueIndex | None,
+    mention_spans: SpanFinder | None = None,
+) -> QuestionEvidence:
+    """The value matches and target evidence of ``question`` over ``graph``'s schema.
+
+    Args:
+        question: the question.
+        graph: the schema graph.
+        values: the database's value index; None: no value is linked (``value_anchor`` then reads
+            the question's table names only).
+        mention_spans: the table span finder (:data:`SpanFinder`); :func:`name_spans` when None.
+    """
+    tables = list(graph.schema.tables)
+    names = {t.name for t in tables}
+    matches = tuple(m for m in (values.lookup(question) if values is not None else ()) if m.table in names)
+    t_spans = (mention_spans or name_spans)(question, tables)
+    c_spans = column_spans(question, tables)
+    ev = target_evidence(
+        question,
+        {t.name: s for t, s in zip(tables, t_spans, strict=True)},
+        [(m.start, m.end) for m in matches],
+        {t.name: s for t, s in zip(tables, c_spans, strict=True)},
+        list(dict.fromkeys(m.table for m in matches)),
+    )
+    return QuestionEvidence(matches, {t.name: float(ev.get(t.name, 0.0)) for t in tables})
+
+
+class CachedRowCounter:
+    """``count_rows(sql) -> int | None`` on one SQLite database, read-only, each text run once.
+
+    Args:
+        db_path: the SQLite file (the data set's ``db_path``).
+        timeout_s: per query, enforced inside SQLite.
+        max_cache: texts kept at most (the oldest half is dropped when full).
+
+    A query that fails or times out counts None (logged at DEBUG / WARNING); the reward then pays
+    nothing for it, so a bad query never stops a training run.
+    """
+
+    def __init__(self, db_path: str | Path, timeout_s: float = 2.0, max_cache: int = 200_000):
+        self.db_path = Path(db_path)
+        self._executor = SQLiteExecutor(timeout_s=timeout_s, max_rows=2)
+        self._cache: dict[str, int | None] = {}
+        self.max_cache = max_cache
+        self.queries = 0
+
+    def __call__(self, sql: str) -> int | None:
+        if sql in self._cache:
+            return self._cache[sql]
+        self.queries += 1
+        res = self._executor.execute(self.db_path, sql)
+        n: int | None = None
+        if res.ok and res.rows and isinstance(res.rows[0][0], int):
+            n = int(res.rows[0][0])
+        else:
+            logger.log(logging.WARNING if res.timed_out else logging.DEBUG, "row count failed (%s): %s", res.error, sql[:200])
+        if len(self._cache) >= self.max_cache:
+            self._cache = dict(list(self._cache.items())[self.max_cache // 2 :])
+        self._cache[sql] = n
+        return n
+
+    def close(self) -> None:
+        """Close the database connection."""
+        self._executor.close()
