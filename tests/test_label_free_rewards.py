@@ -165,3 +165,64 @@ def test_batch_form_and_length_check(graph) -> None:
 def test_config_errors_name_the_field(kw, where) -> None:
     with pytest.raises(ConfigError, match=where):
         LabelFreeConfig(**kw)
+
+
+# -- reward hacking: each hack must score below the intended route ---------------------------------
+#
+# "Which customers ordered Tunnbröd?": the value Tunnbröd is in Products, the question word asks for
+# Customers; the intended route is Products -> Order Details -> Orders -> Customers (1.5). The row
+# counter returns rows for every join except one through Shippers (an empty result).
+
+QUESTION_MATCHES = [TUNNBROD]
+QUESTION_EVIDENCE = {"Customers": 1.0, "Products": 0.0, "Orders": 0.0}
+ROWS_BUT_SHIPPERS = counter({'"Shippers"': 0, "SELECT": 12})
+INTENDED = P("Products", ("Order Details", "Orders"), "Customers")
+
+# (hack route, expected total, why it is a hack and what stops it)
+HACKS = [
+    (P("Products", (), "Products"), 1.0, "always route to the linked value's table: value and rows pay, the target evidence does not"),
+    (P("Products", ("Order Details", "Orders"), "Employees"), 1.0, "a longest legal path (3 hops) from the value: rows, but not the asked-for table"),
+    (P("Products", ("Order Details",), "Orders"), 1.0, "a path that returns rows but ends before the asked-for table"),
+    (P("Products", ("Order Details", "Orders"), "Shippers"), 0.0, "an empty result: the filter finds no rows on it, so no anchor and no rows credit"),
+    (P("Customers", (), "Customers"), 0.5, "the empty (null-via, 0-hop) path on the asked-for table: no value there, no rows credit"),
+    (P("Orders", (), "Customers"), 0.5, "the right target from an anchor that holds no mentioned value: target evidence only"),
+    (P("Employees", ("Orders",), "Customers"), 0.5, "via right by luck, anchor wrong: no rows credit (conditional)"),
+]
+
+
+@pytest.mark.parametrize(("hack", "expected", "why"), HACKS, ids=[h[-1] for h in HACKS])
+def test_reward_hacks_score_below_the_intended_route(graph, hack, expected, why) -> None:
+    intended = label_free_components(INTENDED, graph, QUESTION_MATCHES, QUESTION_EVIDENCE, ROWS_BUT_SHIPPERS)["total"]
+    got = label_free_components(hack, graph, QUESTION_MATCHES, QUESTION_EVIDENCE, ROWS_BUT_SHIPPERS)["total"]
+    assert intended == pytest.approx(1.5)
+    assert got == pytest.approx(expected), why
+    assert got < intended, why
+
+
+def test_the_intended_route_is_the_only_best_of_every_legal_path(graph) -> None:
+    scores = {p: label_free_components(p, graph, QUESTION_MATCHES, QUESTION_EVIDENCE, ROWS_BUT_SHIPPERS)["total"]
+              for p in graph.legal_paths}  # fmt: skip
+    best = max(scores.values())
+    assert [p for p, v in scores.items() if v == best] == [INTENDED]
+
+
+def test_a_detour_to_the_right_tables_scores_below_the_direct_route() -> None:
+    # a -- c directly, and a -- b -- c: the long way reaches the same tables and returns rows too
+    tri = SchemaGraph(Schema("tri", (Table("a", (Column("id"), Column("name"))), Table("b", (Column("id"), Column("a_id"))),
+                                     Table("c", (Column("id"), Column("a_id"), Column("b_id")))),
+                             (ForeignKey("b", "a_id", "a", "id"), ForeignKey("c", "a_id", "a", "id"), ForeignKey("c", "b_id", "b", "id"))))
+    m = [ValueMatch("a", "name", "x", 1.0, 0, 1, True)]
+    direct = label_free_components(P("a", (), "c"), tri, m, {"c": 1.0}, ALWAYS_ROWS)["total"]
+    detour = label_free_components(P("a", ("b",), "c"), tri, m, {"c": 1.0}, ALWAYS_ROWS)["total"]
+    assert direct == pytest.approx(1.5) and detour == pytest.approx(1.4) and detour < direct
+
+
+def test_ablations_reopen_the_hacks(graph) -> None:
+    """Each guard is needed: without it the hack it closes ties with or beats the intended route."""
+    no_target = LabelFreeConfig(target_weight=0.0)
+    value_table = P("Products", (), "Products")
+    lf = lambda p, cfg=None: label_free_components(p, graph, QUESTION_MATCHES, QUESTION_EVIDENCE, ROWS_BUT_SHIPPERS, cfg)["total"]  # noqa: E731
+    assert lf(value_table, no_target) == lf(INTENDED, no_target)  # always-the-value-table pays in full
+    free_rows = LabelFreeConfig(conditional_rows=False)
+    lucky = P("Employees", ("Orders",), "Customers")
+    assert lf(lucky, free_rows) == pytest.approx(1.0) and lf(lucky) == pytest.approx(0.5)  # via by luck pays when rows are unconditional
