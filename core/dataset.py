@@ -2,7 +2,7 @@
 
 Layout written by ``python -m data_pipeline.build --out DIR``::
 
-    DIR/schema.json      Schema.to_dict() plus {"max_hops": int, "db_path": str} ("" for a MongoDB
+    DIR/schema.json      SchemaGraph.to_dict() (the schema and "max_hops") plus {"db_path": str} ("" for a MongoDB
                          data set: its "backend" is "mongodb" and "source" the URI, password hidden)
     DIR/samples.jsonl    every generated Sample, each with its split (record schema in core.samples)
     DIR/human.jsonl      human-written evaluation questions (split "human"; same record schema), if any
@@ -61,7 +61,7 @@ def save_dataset(out_dir: str | Path, ds: BuiltDataset, summary: dict | None = N
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     db_path = "" if ds.schema.backend == "mongodb" else str(ds.db_path)  # a MongoDB data set: schema "source"
-    meta = ds.schema.to_dict() | {"max_hops": ds.graph.max_hops, "db_path": db_path}
+    meta = ds.graph.to_dict() | {"db_path": db_path}
     write_json(out / "schema.json", meta)
     save_samples(out / "samples.jsonl", ds.samples)
     human = out / HUMAN_FILE
@@ -100,14 +100,13 @@ def load_dataset(data_dir: str | Path, db_path: str | Path | None = None, *, sql
         raise DataError("not a data set folder (no schema.json); build one with python -m data_pipeline.build", where=d)
     try:
         meta = json.loads(schema_file.read_text(encoding="utf-8"))
-        schema = Schema.from_dict(meta)
-        max_hops = int(meta.get("max_hops", 3))
+        graph = SchemaGraph.from_dict(meta)
     except (ValueError, KeyError, TypeError, AttributeError) as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
         raise DataError(f"malformed schema file ({exc})", where=schema_file) from exc
+    schema = graph.schema
     if sql_user is not None and schema.backend == "mongodb" and db_path is None:
         raise DataError(f"built on MongoDB, but {sql_user} executes SQL: build the data set on SQLite "
                         "(python -m data_pipeline.build --db ...) or pass --db with a SQLite copy", where=schema_file)  # fmt: skip
-    graph = SchemaGraph(schema, max_hops=max_hops)
     samples_file = d / "samples.jsonl"
     samples = load_samples(samples_file)
     for i, s in enumerate(samples, 1):

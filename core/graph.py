@@ -106,6 +106,27 @@ class SchemaGraph:
                 g.add_edge(fk.table, fk.ref_table, fks=[fk])
         self.graph = g
 
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form: :meth:`Schema.to_dict` plus ``max_hops`` (round-trips through :meth:`from_dict`)."""
+        return self.schema.to_dict() | {"max_hops": self.max_hops}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any], *, max_hops: int | None = None) -> SchemaGraph:
+        """Inverse of :meth:`to_dict`. ``max_hops`` wins over the recorded one; without either,
+        :data:`DEFAULT_MAX_HOPS`.
+
+        Raises:
+            KeyError, TypeError, ValueError: a malformed dict (callers name their file).
+            SchemaError: a negative ``max_hops``.
+
+        >>> from core.schema import Schema, Table, Column
+        >>> g = SchemaGraph(Schema("s", (Table("a", (Column("id"),)),), ()), max_hops=2)
+        >>> SchemaGraph.from_dict(g.to_dict()).max_hops, SchemaGraph.from_dict(g.to_dict(), max_hops=1).max_hops
+        (2, 1)
+        """
+        hops = max_hops if max_hops is not None else int(d.get("max_hops", DEFAULT_MAX_HOPS))
+        return cls(Schema.from_dict(d), max_hops=hops)
+
     @cached_property
     def legal_paths(self) -> tuple[JoinPath, ...]:
         """All legal paths up to ``max_hops`` joins, sorted by (hops, anchor, via, target).

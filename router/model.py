@@ -32,10 +32,9 @@ Checkpoint layout (:meth:`RouterModel.save_pretrained`)::
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -49,72 +48,23 @@ from core.io import atomic_directory, write_json
 from core.schema import Table
 from core.values import ValueIndex
 from router.backbones import DEFAULT_ENCODER, load_encoder, pool
+from router.checkpoint import (
+    CHECKPOINT_FORMAT,
+    CHECKPOINT_VERSION,
+    CONFIG_FILE,
+    ENCODER_DIR,
+    WEIGHTS_FILE,
+    RouterCheckpointConfig,
+    RouterModelConfig,
+)
 from router.text import LINK_FEATURES, link_features, mention_spans, table_text
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-CHECKPOINT_FORMAT = "route2sql-router"
-CHECKPOINT_VERSION = 3
-"""2: value-linking features and ``values.json`` beside the weights; 3: agent-verb and "who" features (11), synonyms and verbs in table texts."""
-WEIGHTS_FILE = "model.safetensors"
-CONFIG_FILE = "config.json"
-ENCODER_DIR = "encoder"
 HEADS = ("anchor", "via", "target")
 MAX_HOP_BIAS = 8
 """Paths with more joins share the last learned hop-count bias."""
-
-
-@dataclass
-class RouterModelConfig:
-    """Shape of a router network (saved in ``config.json``; training options live elsewhere)."""
-
-    encoder: str = DEFAULT_ENCODER
-    """Encoder it was built from: a built-in name or a Hugging Face directory."""
-    hidden_size: int = 384
-    """Width of the encoder's token states (filled in from the encoder)."""
-    num_layers: int = 12
-    """Transformer layers of the encoder (filled in from the encoder)."""
-    trainable_layers: int = 3
-    """Top encoder layers that train; the embeddings and the layers below are frozen."""
-    head_dim: int = 256
-    """Width of the query and candidate vectors the heads compare."""
-    max_via_len: int = 4
-    """Longest via (tables) that gets its own position vector; longer ones reuse the last."""
-    dropout: float = 0.1
-    """Dropout in the heads' query networks."""
-    max_question_tokens: int = 64
-    """Questions longer than this (in tokens, prefix included) are refused, not cut."""
-    max_table_tokens: int = 64
-    """Table texts are cut at this many tokens."""
-    query_prefix: str = "query: "
-    """Put before every question (e5 expects "query: "; filled in from the encoder)."""
-    passage_prefix: str = "passage: "
-    """Put before every table text (filled in from the encoder)."""
-    pooling: str = "mean"
-    """Sentence pooling of the encoder (mean or cls)."""
-    n_link_features: int = len(LINK_FEATURES)
-    """Lexical link features per (question, table); see router.text.link_features."""
-
-    def __post_init__(self) -> None:
-        if not 0 <= self.trainable_layers <= self.num_layers:
-            raise ConfigError(
-                f"trainable_layers must be in [0, num_layers={self.num_layers}], got {self.trainable_layers}",
-                where="trainable_layers",
-            )
-        for name in ("head_dim", "max_via_len", "max_question_tokens", "max_table_tokens", "hidden_size"):
-            if getattr(self, name) < 1:
-                raise ConfigError(f"must be >= 1, got {getattr(self, name)}", where=name)
-        if not 0 <= self.dropout < 1:
-            raise ConfigError(f"must be in [0, 1), got {self.dropout}", where="dropout")
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> RouterModelConfig:
-        known = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in d.items() if k in known})
 
 
 class PathSpace:
@@ -559,16 +509,17 @@ class RouterModel(nn.Module):
 
     # ------------------------------------------------------------------ persistence
 
-    def save_pretrained(self, out_dir: str | Path, metadata: dict[str, Any] | None = None) -> Path:
+    def save_pretrained(
+        self, out_dir: str | Path, checkpoint: RouterCheckpointConfig, files: dict[str, Any] | None = None
+    ) -> Path:
         """Write the checkpoint (layout in the module docstring) atomically; returns ``out_dir``.
 
-        ``metadata`` (JSON-ready) is merged into ``config.json`` next to ``format``, ``version``
-        and ``model``; ``files`` maps extra file names to JSON objects written beside it.
+        ``checkpoint`` is the metadata (:class:`router.checkpoint.RouterCheckpointConfig`; its
+        ``model`` is replaced by this network's config, and it writes the schema snapshots and
+        value index); ``files`` maps extra file names to JSON objects written beside it.
         """
         from safetensors.torch import save_file
 
-        metadata = dict(metadata or {})
-        extra_files: dict[str, Any] = metadata.pop("files", {})
         with atomic_directory(out_dir) as tmp:
             state = {k: v.detach().contiguous().clone() for k, v in self.state_dict().items()}
             save_file(state, str(tmp / WEIGHTS_FILE), metadata={"format": "pt"})
@@ -576,20 +527,17 @@ class RouterModel(nn.Module):
             enc_dir.mkdir()
             self.encoder.config.save_pretrained(enc_dir)
             self.tokenizer.save_pretrained(enc_dir)
-            for name, obj in extra_files.items():
+            for name, obj in (files or {}).items():
                 write_json(tmp / name, obj)
-            write_json(
-                tmp / CONFIG_FILE,
-                {"format": CHECKPOINT_FORMAT, "version": CHECKPOINT_VERSION, "model": self.config.to_dict()} | metadata,
-            )
+            replace(checkpoint, model=self.config).save(tmp)
         return Path(out_dir)
 
     @classmethod
-    def from_pretrained(cls, ckpt_dir: str | Path) -> tuple[RouterModel, dict[str, Any]]:
+    def from_pretrained(cls, ckpt_dir: str | Path) -> tuple[RouterModel, RouterCheckpointConfig]:
         """Load a checkpoint written by :meth:`save_pretrained`, offline.
 
         Returns:
-            ``(model, config)``: the model in eval mode and the whole ``config.json``.
+            ``(model, checkpoint)``: the model in eval mode and its metadata (``config.json``).
 
         Raises:
             CheckpointError: the folder, ``config.json``, the weights or the encoder files are
@@ -600,25 +548,8 @@ class RouterModel(nn.Module):
         from transformers import AutoConfig, AutoModel, AutoTokenizer
 
         d = Path(ckpt_dir)
-        cfg_file = d / CONFIG_FILE
-        if not cfg_file.is_file():
-            raise CheckpointError("not a router checkpoint (no config.json)", where=d)
-        try:
-            meta = json.loads(cfg_file.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as exc:
-            raise CheckpointError(f"unreadable config ({exc})", where=cfg_file) from exc
-        if meta.get("format") != CHECKPOINT_FORMAT:
-            raise CheckpointError(f"format is {meta.get('format')!r}, expected {CHECKPOINT_FORMAT!r}", where=cfg_file)
-        if meta.get("version") != CHECKPOINT_VERSION:
-            raise CheckpointError(
-                f"router checkpoint version {meta.get('version')} is not supported (want {CHECKPOINT_VERSION}); "
-                "retrain it with python -m router.train_sft",
-                where=cfg_file,
-            )
-        try:
-            config = RouterModelConfig.from_dict(meta["model"])
-        except (KeyError, TypeError) as exc:
-            raise CheckpointError(f"bad model section ({exc})", where=cfg_file) from exc
+        checkpoint = RouterCheckpointConfig.load(d)
+        config = checkpoint.model
         weights = d / WEIGHTS_FILE
         if not weights.is_file():
             raise CheckpointError(f"missing {WEIGHTS_FILE}", where=d)
@@ -642,7 +573,7 @@ class RouterModel(nn.Module):
         except (OSError, RuntimeError) as exc:
             raise CheckpointError(f"weights do not fit the model ({exc})", where=weights) from exc
         model.train(False)
-        return model, meta
+        return model, checkpoint
 
 
 def _skip_init() -> Any:

@@ -21,6 +21,7 @@ import torch
 
 from core.errors import CheckpointError
 from core.io import atomic_directory, write_json
+from router.checkpoint import RouterCheckpointConfig
 from router.model import RouterModel
 
 STATE_FILE = "trainer_state.pt"
@@ -65,20 +66,23 @@ class TrainerState:
         random.setstate(self.python_rng)
 
 
-def save_checkpoint(ckpt_dir: str | Path, model: RouterModel, metadata: dict[str, Any], state: TrainerState, config: dict[str, Any]) -> Path:
-    """Write ``ckpt_dir`` atomically (layout in the module docstring)."""
+def save_checkpoint(
+    ckpt_dir: str | Path, model: RouterModel, checkpoint: RouterCheckpointConfig, state: TrainerState, config: dict[str, Any]
+) -> Path:
+    """Write ``ckpt_dir`` atomically (layout in the module docstring); ``checkpoint`` is the router's metadata."""
     with atomic_directory(ckpt_dir) as tmp:
-        model.save_pretrained(tmp / MODEL_DIR, metadata)
+        model.save_pretrained(tmp / MODEL_DIR, checkpoint)
         torch.save(state.__dict__, tmp / STATE_FILE)
         write_json(tmp / CONFIG_FILE, config)
     return Path(ckpt_dir)
 
 
-def load_checkpoint(ckpt_dir: str | Path) -> tuple[RouterModel, TrainerState, dict[str, Any]]:
+def load_checkpoint(ckpt_dir: str | Path) -> tuple[RouterModel, TrainerState, dict[str, Any], RouterCheckpointConfig]:
     """Read a checkpoint written by :func:`save_checkpoint`.
 
     Returns:
-        ``(model, state, config)``.
+        ``(model, state, config, checkpoint)``: the router, the trainer state, the PPO options
+        and the router's metadata.
 
     Raises:
         CheckpointError: a missing or unreadable file (named).
@@ -87,11 +91,11 @@ def load_checkpoint(ckpt_dir: str | Path) -> tuple[RouterModel, TrainerState, di
     for name in (MODEL_DIR, STATE_FILE, CONFIG_FILE):
         if not (d / name).exists():
             raise CheckpointError(f"not a PPO checkpoint (no {name})", where=d)
-    model, _ = RouterModel.from_pretrained(d / MODEL_DIR)
+    model, checkpoint = RouterModel.from_pretrained(d / MODEL_DIR)
     try:
         raw = torch.load(d / STATE_FILE, weights_only=False)
         state = TrainerState(**raw)
         config = json.loads((d / CONFIG_FILE).read_text(encoding="utf-8"))
     except (OSError, RuntimeError, TypeError, ValueError) as exc:
         raise CheckpointError(f"unreadable trainer state ({exc})", where=d / STATE_FILE) from exc
-    return model, state, config
+    return model, state, config, checkpoint

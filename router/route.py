@@ -41,17 +41,16 @@ import torch
 import tyro
 
 from core.cli import parse, run_main
-from core.errors import CheckpointError, DataError
+from core.errors import DataError
 from core.graph import JoinPath, SchemaGraph
 from core.io import ensure_writable_dir, read_jsonl, write_jsonl
 from core.schema import Schema, introspect
-from core.values import VALUE_INDEX_FILE, ValueIndex, load_value_index
+from core.values import ValueIndex, load_value_index
+from router.checkpoint import SCHEMA_FILE, SCHEMAS_FILE, RouterCheckpointConfig
 from router.model import PathSpace, RouterModel
 from router.policy import PathDistribution, RouterPolicy
 
-SCHEMA_FILE = "schema.json"
-SCHEMAS_FILE = "schemas.json"
-"""Snapshots of the schemas of a router trained on several (``router.train_sft --data`` a folder of data sets)."""
+__all__ = ["SCHEMA_FILE", "SCHEMAS_FILE", "RoutedPath", "Router", "load_schema"]
 
 
 @dataclass(frozen=True)
@@ -140,23 +139,35 @@ class Router:
 
     Args:
         policy: the network and the schema's legal paths.
-        meta: the checkpoint's ``config.json`` (training options, metrics, fingerprint).
+        checkpoint: the checkpoint's metadata (:class:`router.checkpoint.RouterCheckpointConfig`;
+            None: a fresh one for ``policy``'s schema).
+        min_confidence: routes whose calibrated confidence is below this are marked uncertain.
+        retargeted: the schema is not one the checkpoint was trained on.
     """
 
-    def __init__(self, policy: RouterPolicy, meta: dict[str, Any] | None = None, min_confidence: float = DEFAULT_MIN_CONFIDENCE):
+    def __init__(
+        self,
+        policy: RouterPolicy,
+        checkpoint: RouterCheckpointConfig | None = None,
+        min_confidence: float = DEFAULT_MIN_CONFIDENCE,
+        *,
+        retargeted: bool = False,
+    ):
         self.policy = policy.eval()
-        self.meta = dict(meta or {})
+        self.checkpoint = checkpoint or RouterCheckpointConfig.for_graphs(policy.model.config, [policy.space.graph])
+        self.retargeted = retargeted
         self.min_confidence = min_confidence
         self._cache: tuple[tuple[int, ...], Any] | None = None
 
     @property
+    def meta(self) -> dict[str, Any]:
+        """The checkpoint's ``config.json`` as a dict, plus ``retargeted``."""
+        return self.checkpoint.to_dict() | {"retargeted": self.retargeted}
+
+    @property
     def temperature(self) -> float:
         """The temperature the checkpoint was calibrated with (1.0 when it was not)."""
-        try:
-            t = float(self.meta.get("temperature", 1.0))
-        except (TypeError, ValueError):
-            return 1.0
-        return t if t > 0 and t == t else 1.0
+        return self.checkpoint.temperature
 
     def _candidates(self) -> Any:
         """The schema's candidate vectors, recomputed only when a weight changed in place
@@ -167,23 +178,19 @@ class Router:
                 self._cache = (version, self.policy.candidates())
         return self._cache[1]
 
-    def save_pretrained(self, out_dir: str | Path, metadata: dict[str, Any] | None = None) -> Path:
-        """Save the network with this router's schema (fingerprint, snapshot) and ``metadata``.
+    def save_pretrained(
+        self, out_dir: str | Path, metadata: dict[str, Any] | None = None, *, files: dict[str, Any] | None = None
+    ) -> Path:
+        """Save the network with this router's schema (fingerprint, snapshot, value index) and ``metadata``.
 
-        The folder loads with :meth:`from_pretrained` like an SFT checkpoint; keys of the loaded
-        ``config.json`` (training options, metrics) are kept unless ``metadata`` replaces them.
+        The folder loads with :meth:`from_pretrained` like an SFT checkpoint. ``metadata`` sets
+        ``temperature``, ``training`` and ``metrics`` and adds any other key (the loaded
+        checkpoint's are kept unless replaced); ``files`` maps extra file names to JSON objects.
         """
-        keep = {k: v for k, v in self.meta.items() if k not in ("format", "version", "model", "retargeted", "schemas")}
-        meta = keep | {
-            "schema_fingerprint": self.schema.fingerprint(),
-            "schema_name": self.schema.name,
-            "max_hops": self.graph.max_hops,
-        } | dict(metadata or {})
-        files = dict(meta.pop("files", {}))
-        files[SCHEMA_FILE] = self.schema.to_dict() | {"max_hops": self.graph.max_hops}
-        if self.policy.space.values is not None:
-            files[VALUE_INDEX_FILE] = self.policy.space.values.to_dict()
-        return self.policy.model.save_pretrained(out_dir, meta | {"files": files})
+        meta = dict(metadata or {})
+        files = dict(files or {}) | dict(meta.pop("files", {}))
+        checkpoint = self.checkpoint.bound_to(self.graph, self.policy.space.values).updated(meta)
+        return self.policy.model.save_pretrained(out_dir, checkpoint, files)
 
     @classmethod
     def from_pretrained(
@@ -204,46 +211,32 @@ class Router:
                 :class:`Schema`/:class:`SchemaGraph`, a data set folder, a ``schema.json`` or a
                 SQLite file.
             retarget: allow ``schema`` to differ from the training schema.
-            max_hops: longest legal path (default: the checkpoint's, else the data set's).
+            max_hops: longest legal path (default: a graph's or data set's own, else the checkpoint's).
             descriptions: description sidecar for a SQLite ``schema``.
             values: the database's value index; by default a data set folder's ``values.json``,
                 else the checkpoint's own when ``schema`` is the one it was trained on.
 
         A multi-schema checkpoint (module docstring) needs ``schema`` and accepts any of its
-        recorded schemas without ``retarget``.
+        recorded schemas without ``retarget``; binding follows
+        :meth:`router.checkpoint.RouterCheckpointConfig.bind`.
 
         Raises:
             CheckpointError: missing or broken checkpoint files, a schema whose fingerprint
                 differs from the checkpoint's (or from all of a multi-schema checkpoint's) while
                 ``retarget`` is False (both named), or no ``schema`` for a multi-schema checkpoint.
         """
-        model, meta = RouterModel.from_pretrained(ckpt_dir)
-        trained = {e["fingerprint"]: e for e in meta.get("schemas", [])}
-        hops = max_hops if max_hops is not None else int(meta.get("max_hops", 3))
-        if schema is None and trained and not meta.get("schema_fingerprint"):
-            shown = ", ".join(list(e["name"] for e in trained.values())[:5]) + (", ..." if len(trained) > 5 else "")
-            raise CheckpointError(
-                f"router was trained on {len(trained)} schemas ({shown}); pass the schema to route over", where=ckpt_dir
-            )
+        model, checkpoint = RouterModel.from_pretrained(ckpt_dir)
         if schema is None:
-            snap = Path(ckpt_dir) / SCHEMA_FILE
-            if not snap.is_file():
-                raise CheckpointError(f"missing {SCHEMA_FILE}; pass the schema to route over", where=ckpt_dir)
-            try:
-                doc = json.loads(snap.read_text(encoding="utf-8"))
-                sch = Schema.from_dict(doc)
-            except (json.JSONDecodeError, KeyError, TypeError) as exc:
-                raise CheckpointError(f"malformed schema snapshot ({exc})", where=snap) from exc
+            target: Schema | SchemaGraph = checkpoint.snapshot(ckpt_dir)
+        elif isinstance(schema, (Schema, SchemaGraph)):
+            target = schema
         else:
-            if isinstance(schema, SchemaGraph) and max_hops is None:
-                hops = schema.max_hops
-            elif isinstance(schema, (str, Path)) and max_hops is None:
-                hops = _data_set_hops(Path(schema), hops)
-            sch = load_schema(schema, descriptions)
-        known = _check_binding(meta, sch, retarget, ckpt_dir)
-        graph = schema if isinstance(schema, SchemaGraph) and max_hops is None else SchemaGraph(sch, max_hops=hops)
-        values = values if values is not None else _values_for(ckpt_dir, schema, sch)
-        return cls(RouterPolicy(model, PathSpace(graph, values)), meta | {"retargeted": not known})
+            target = load_schema(schema, descriptions)
+            if max_hops is None:
+                max_hops = _data_set_hops(Path(schema))
+        graph, known = checkpoint.bind(target, retarget=retarget, max_hops=max_hops, where=ckpt_dir)
+        values = values if values is not None else _values_for(ckpt_dir, schema, graph.schema, checkpoint)
+        return cls(RouterPolicy(model, PathSpace(graph, values)), checkpoint, retargeted=not known)
 
     def for_schema(
         self, graph: SchemaGraph, *, retarget: bool = False, where: str | Path = "router", values: ValueIndex | None = None
@@ -255,8 +248,9 @@ class Router:
         Raises:
             CheckpointError: as :meth:`from_pretrained`, naming ``where``.
         """
-        known = _check_binding(self.meta, graph.schema, retarget, where)
-        return Router(RouterPolicy(self.policy.model, PathSpace(graph, values)), self.meta | {"retargeted": not known})
+        graph, known = self.checkpoint.bind(graph, retarget=retarget, where=where)
+        return Router(RouterPolicy(self.policy.model, PathSpace(graph, values)), self.checkpoint, self.min_confidence,
+                      retargeted=not known)  # fmt: skip
 
     @property
     def graph(self) -> SchemaGraph:
@@ -341,58 +335,26 @@ class Router:
         return [space.paths[int(i)] for d in self.distributions(questions) for i in d.mode()]
 
 
-def _values_for(ckpt_dir: str | Path, schema: Any, sch: Schema) -> ValueIndex | None:
+def _values_for(ckpt_dir: str | Path, schema: Any, sch: Schema, checkpoint: RouterCheckpointConfig) -> ValueIndex | None:
     """The value index to route with: a data set folder's own, else the checkpoint's when it was
     saved for this very schema (same fingerprint), else None."""
     if isinstance(schema, (str, Path)) and Path(schema).is_dir():
         values = load_value_index(schema)
         if values is not None:
             return values
-    snap = Path(ckpt_dir) / SCHEMA_FILE
-    try:
-        own = Schema.from_dict(json.loads(snap.read_text(encoding="utf-8"))).fingerprint() if snap.is_file() else None
-    except (OSError, ValueError, KeyError, TypeError):
-        own = None
-    return load_value_index(ckpt_dir) if own == sch.fingerprint() else None
+    return load_value_index(ckpt_dir) if checkpoint.schema_fingerprint == sch.fingerprint() else None
 
 
-def _check_binding(meta: dict[str, Any], sch: Schema, retarget: bool, where: str | Path) -> bool:
-    """Whether ``sch`` is a schema the checkpoint ``meta`` was trained on (module docstring).
-
-    Raises:
-        CheckpointError: it is not and ``retarget`` is False (both fingerprints named).
-    """
-    fp = sch.fingerprint()
-    trained_fp = meta.get("schema_fingerprint")
-    trained = {e["fingerprint"]: e for e in meta.get("schemas", [])}
-    if trained and not trained_fp:
-        if fp not in trained and not retarget:
-            raise CheckpointError(
-                f"router was trained on {len(trained)} schemas (fingerprints {', '.join(sorted(trained))}) "
-                f"but was given schema {sch.name!r} (fingerprint {fp}); pass retarget=True / --retarget "
-                "to route over the new schema's tables",
-                where=where,
-            )
-        return fp in trained
-    if trained_fp and fp != trained_fp and not retarget:
-        raise CheckpointError(
-            f"router was trained on schema {meta.get('schema_name', '?')!r} (fingerprint {trained_fp}) "
-            f"but was given schema {sch.name!r} (fingerprint {fp}); pass retarget=True / --retarget "
-            "to route over the new schema's tables",
-            where=where,
-        )
-    return fp == trained_fp
-
-
-def _data_set_hops(path: Path, default: int) -> int:
-    """``max_hops`` recorded in a data set's ``schema.json``, else ``default``."""
+def _data_set_hops(path: Path) -> int | None:
+    """``max_hops`` recorded in a data set's ``schema.json``, else None."""
     f = path / SCHEMA_FILE if path.is_dir() else path
     if f.suffix == ".json" and f.is_file():
         try:
-            return int(json.loads(f.read_text(encoding="utf-8")).get("max_hops", default))
-        except (ValueError, AttributeError):
-            return default
-    return default
+            hops = json.loads(f.read_text(encoding="utf-8")).get("max_hops")
+            return int(hops) if hops is not None else None
+        except (ValueError, AttributeError, TypeError):
+            return None
+    return None
 
 
 # --------------------------------------------------------------------------- command line

@@ -91,13 +91,13 @@ from core.cli import parse, run_main
 from core.dataset import load_dataset
 from core.errors import CheckpointError, ConfigError, DataError
 from core.io import write_json, write_jsonl
-from core.values import VALUE_INDEX_FILE
 from rewards.router import COMPONENTS, RewardConfig
 from router.buffer import RolloutBuffer
 from router.curves import plot_ppo_curve
 from router.evaluate import format_table, path_metrics
 from router.model import PathSpace, RouterModel
 from router.policy import RouterPolicy
+from router.route import Router
 from router.ppo_checkpoint import STATE_FILE, TrainerState, load_checkpoint, save_checkpoint
 from router.rollout import OBS_KEYS, env_rng_states, make_routing_envs, policy_batch, restore_envs, routing_features
 from router.calibration import fit_temperature
@@ -295,20 +295,13 @@ def train(cfg: PPOConfig) -> PPOResult:
     if (ckpt_dir / STATE_FILE).exists():
         if not cfg.resume:
             raise ConfigError(f"a checkpoint exists in {ckpt_dir}; pass --resume to continue it or remove it", where="--resume")
-        model, state, saved_cfg = load_checkpoint(ckpt_dir)
+        model, state, saved_cfg, init_ckpt = load_checkpoint(ckpt_dir)
         _check_resumable(saved_cfg, cfg, ckpt_dir)
-        init_meta: dict[str, Any] = json.loads((ckpt_dir / "model" / "config.json").read_text(encoding="utf-8"))
     else:
         if cfg.resume:
             warnings.warn(f"--resume: no checkpoint in {ckpt_dir}, starting from --init {cfg.init}", stacklevel=2)
-        model, init_meta = RouterModel.from_pretrained(cfg.init)
-    fp = init_meta.get("schema_fingerprint")
-    if fp is not None and fp != ds.schema.fingerprint():
-        raise CheckpointError(f"router was trained on schema {init_meta.get('schema_name')!r} ({fp}), data is {ds.schema.name!r}", where=cfg.init)
-    several = {e["fingerprint"]: e["name"] for e in init_meta.get("schemas", [])}  # a multi-schema SFT router
-    if fp is None and several and ds.schema.fingerprint() not in several:
-        names = sorted(several.values())
-        raise CheckpointError(f"router was trained on schemas {names}, not on {ds.schema.name!r}", where=cfg.init)
+        model, init_ckpt = RouterModel.from_pretrained(cfg.init)
+    init_ckpt.bind(ds.graph, where=cfg.init, hint="PPO starts from a router trained on this schema (python -m router.train_sft)")
     policy = RouterPolicy(model, PathSpace(ds.graph, ds.values))
     policy.eval()  # dropout off in rollout and update alike: ratio == 1 before the first step
     rewards_table = RewardTable(policy.space, cfg.reward)
@@ -363,7 +356,7 @@ def train(cfg: PPOConfig) -> PPOResult:
             shuffle_rng=shuffle_gen.get_state(), env_rng=env_rng_states(envs),
             pending=[int(i) for i in info["sample_index"]], history=history, extra=extra,
         )  # fmt: skip
-        meta = {"schema_fingerprint": ds.schema.fingerprint(), "schema_name": ds.schema.name, "ppo_update": update}
+        meta = init_ckpt.bound_to(ds.graph, ds.values).updated({"ppo_update": update})
         save_checkpoint(ckpt_dir, model, meta, st, cfg.to_dict())
 
     updates_this_run = 0
@@ -515,19 +508,15 @@ def train(cfg: PPOConfig) -> PPOResult:
     }
     # PPO moved the policy: calibrate its probabilities again on the validation questions
     temperature = fit_temperature(split_log_probs(policy, val_set), val_set.path)
-    meta = {
-        "schema_fingerprint": ds.schema.fingerprint(),
-        "schema_name": ds.schema.name,
-        "max_hops": ds.graph.max_hops,
+    metadata = {
+        "ppo_update": cfg.total_updates,
         "temperature": round(temperature, 4),
         "training": cfg.to_dict() | {"phase": "ppo"},
         "metrics": {k: {p: {m: v[p][m] for m in ("n", "anchor_acc", "via_acc", "target_acc", "full_path_acc") if m in v[p]}
                         for p in ("sft", "ppo")} for k, v in metrics.items()} | {"summary": summary},  # fmt: skip
-        "files": {"schema.json": ds.schema.to_dict() | {"max_hops": ds.graph.max_hops}, "eval.json": metrics | {"summary": summary}},
     }
-    if ds.values is not None:
-        meta["files"][VALUE_INDEX_FILE] = ds.values.to_dict()
-    out = model.save_pretrained(cfg.out, meta)
+    router = Router(policy, init_ckpt.bound_to(ds.graph, ds.values))
+    out = router.save_pretrained(cfg.out, metadata, files={"eval.json": metrics | {"summary": summary}})
     write_jsonl(out / "metrics.jsonl", history)
     write_json(log_dir / "eval.json", metrics | {"summary": summary})
     plot_ppo_curve(history, log_dir / "training_curve.png", cfg.target_kl, title=f"router PPO on {ds.schema.name} ({cfg.preset})")

@@ -66,14 +66,13 @@ from core.errors import ConfigError, DataError
 from core.graph import JoinPath, SchemaGraph
 from core.io import write_json, write_jsonl
 from core.samples import Sample
-from core.values import VALUE_INDEX_FILE
 from router.calibration import expected_calibration_error, fit_temperature
 from rewards.router import RewardConfig
 from router.backbones import DEFAULT_ENCODER
 from router.evaluate import format_table, path_metrics
 from router.model import PathSpace, RouterModel
 from router.policy import PathDistribution, RouterPolicy
-from router.route import SCHEMAS_FILE
+from router.checkpoint import RouterCheckpointConfig
 from router import sft_resume
 from router.sft_data import EncodedSplit, RewardTable, encode_split, lr_lambda, predict_split, split_log_probs
 
@@ -647,43 +646,16 @@ def train(cfg: SFTConfig) -> SFTResult:
         final[name]["ece"] = expected_calibration_error(torch.cat(conf), torch.cat(correct))
     for part in parts:
         part.policy.eval()
-    meta = {
-        "training": cfg.to_dict(),
-        "best_epoch": best_epoch,
-        "temperature": round(temperature, 4),
-        "metrics": {k: {m: v[m] for m in ("n", "anchor_acc", "via_acc", "target_acc", "full_path_acc", "ece") if m in v}
-                    for k, v in final.items()} | {"value": value_report},  # fmt: skip
-        "timing_s": {
-            "encode": round(t_encoded, 2),
-            "train": round(t_train, 2),
-            "cpu": round(time.process_time() - c0, 2),
-            "threads": torch.get_num_threads(),
-        },
-    }
     eval_doc = final | {"value": value_report}
-    if multi:
-        meta |= {
-            "schemas": [
-                {"name": p.name, "fingerprint": p.ds.schema.fingerprint(), "max_hops": p.ds.graph.max_hops,
-                 "data": str(f)} for p, f in zip(parts, folders, strict=True)
-            ],  # fmt: skip
-            "max_hops": max(p.ds.graph.max_hops for p in parts),
-            "files": {
-                SCHEMAS_FILE: [p.ds.schema.to_dict() | {"max_hops": p.ds.graph.max_hops} for p in parts],
-                "eval.json": eval_doc,
-            },
-        }
-    else:
-        ds = parts[0].ds
-        meta = {
-            "schema_fingerprint": ds.schema.fingerprint(),
-            "schema_name": ds.schema.name,
-            "max_hops": ds.graph.max_hops,
-        } | meta
-        meta["files"] = {"schema.json": ds.schema.to_dict() | {"max_hops": ds.graph.max_hops}, "eval.json": eval_doc}
-        if ds.values is not None:
-            meta["files"][VALUE_INDEX_FILE] = ds.values.to_dict()
-    out = model.save_pretrained(cfg.out, meta)
+    checkpoint = RouterCheckpointConfig.for_graphs(
+        model.config, [p.ds.graph for p in parts], multi=multi, data=[str(f) for f in folders] if multi else (),
+        values=None if multi else parts[0].ds.values, temperature=round(temperature, 4), training=cfg.to_dict(),
+        metrics={k: {m: v[m] for m in ("n", "anchor_acc", "via_acc", "target_acc", "full_path_acc", "ece") if m in v}
+                 for k, v in final.items()} | {"value": value_report},
+        extra={"best_epoch": best_epoch, "timing_s": {"encode": round(t_encoded, 2), "train": round(t_train, 2),
+               "cpu": round(time.process_time() - c0, 2), "threads": torch.get_num_threads()}},
+    )  # fmt: skip
+    out = model.save_pretrained(cfg.out, checkpoint, files={"eval.json": eval_doc})
     write_jsonl(out / "metrics.jsonl", history)
     write_json(log_dir / "eval.json", eval_doc)
     wall = time.perf_counter() - t0

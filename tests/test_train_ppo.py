@@ -8,12 +8,14 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 import torch
 
 from core.errors import CheckpointError, ConfigError
+from router.checkpoint import SchemaRecord
 from router.model import RouterModel
 from router.policy import RouterPolicy
 from router.train_ppo import PPOConfig, train
@@ -63,7 +65,7 @@ def test_ppo_moves_every_actor_parameter_and_logs(tiny_router, tmp_path):
     assert unchanged == []  # every actor and critic parameter moved
     frozen = [n for n, p in after.named_parameters() if not p.requires_grad]
     assert frozen and all(torch.equal(a[n], b[n]) for n in frozen)  # the frozen encoder part did not
-    assert meta["training"]["phase"] == "ppo" and meta["schema_name"] == "shop"
+    assert meta.training["phase"] == "ppo" and meta.schema_name == "shop" and meta.extra["ppo_update"] == 2
 
     rows = [json.loads(x) for x in (tmp_path / "ppo.logs" / "metrics.jsonl").read_text().splitlines()]
     assert [r["update"] for r in rows] == [0, 1, 2]
@@ -198,12 +200,12 @@ def test_init_for_another_schema_is_refused(tiny_router, tmp_path):
     from data_pipeline import load_dataset
 
     model, meta = RouterModel.from_pretrained(tiny_router["sft"])
-    model.save_pretrained(tmp_path / "other", {"schema_fingerprint": "0" * 16, "schema_name": "other"})
-    with pytest.raises(CheckpointError, match="trained on schema 'other'"):
+    model.save_pretrained(tmp_path / "other", replace(meta, schemas=(SchemaRecord("other", "0" * 16, 3),)))
+    with pytest.raises(CheckpointError, match=r"other: router was trained on schema 'other' \(fingerprint 0{16}\) but was given schema 'shop'.*python -m router.train_sft"):
         train(tiny_config(tiny_router, tmp_path / "ppo", init=tmp_path / "other"))
     # a router trained on several schemas (router.train_sft --data a folder of data sets) must know this one
-    several = [{"name": "a", "fingerprint": "0" * 16}, {"name": "b", "fingerprint": "1" * 16}]
-    model.save_pretrained(tmp_path / "several", {"schemas": several})
-    with pytest.raises(CheckpointError, match=r"trained on schemas \['a', 'b'\], not on"):
+    several = (SchemaRecord("a", "0" * 16, 3), SchemaRecord("b", "1" * 16, 3))
+    model.save_pretrained(tmp_path / "several", replace(meta, schemas=several, multi=True))
+    with pytest.raises(CheckpointError, match=r"trained on 2 schemas \(fingerprints 0{16}, 1{16}\) but was given schema 'shop'"):
         train(tiny_config(tiny_router, tmp_path / "ppo", init=tmp_path / "several"))
-    assert meta["schema_fingerprint"] == load_dataset(tiny_router["data"]).schema.fingerprint()
+    assert meta.schema_fingerprint == load_dataset(tiny_router["data"]).schema.fingerprint()
