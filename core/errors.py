@@ -94,4 +94,11 @@ class QueryRejected(Route2SQLError):
 
 
 class QueryTimeout(Route2SQLError):
-    """A query stopped because it ran past its time limit."""
+    """A query that had to succeed stopped because it ran past its time limit.
+
+    Raised where a timeout leaves the caller nothing to go on: a human-written question's gold
+    SQL (``data_pipeline.human_sets``) and a data read of the MongoDB backend. The executors
+    themselves never raise it: a generated query that times out is an ``ExecutionResult`` with
+    ``timed_out`` set, which the rewards score 0 (and a gold query that times out leaves its
+    item unjudged), so one slow query never stops training.
+    """

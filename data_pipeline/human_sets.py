@@ -15,7 +15,7 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from core.errors import DataError
+from core.errors import DataError, QueryTimeout
 from core.graph import JoinPath, SchemaGraph
 from core.samples import LANGUAGES, Sample
 
@@ -58,6 +58,7 @@ def load_human_questions(
     Raises:
         DataError: naming the file and line: not JSON, a missing or empty ``question`` / ``sql`` /
             ``path``, an unknown language, a route that is not legal, or a gold SQL that fails.
+        QueryTimeout: naming the file and line: a gold SQL ran past ``timeout_s``.
     """
     p = Path(path)
     try:
@@ -89,6 +90,9 @@ def load_human_questions(
         n_rows = 0
         if backend is not None and backend.kind == "sqlite":
             res = backend.execute(d["sql"], timeout_s=timeout_s)
+            if res.timed_out:
+                raise QueryTimeout(f"gold SQL ran past its limit of {timeout_s:g} s; make it cheaper or raise the limit",
+                                   where=p, line=i)  # fmt: skip
             if not res.ok:
                 raise DataError(f"gold SQL fails: {res.error}", where=p, line=i)
             n_rows = len(res.rows or [])

@@ -16,7 +16,8 @@ reach the actor's encoder or heads; the actor and critic parameter sets are disj
 their own optimizers and learning rates. The policy runs with dropout off (eval mode) in both the
 rollout and the update, so the probability ratio is exactly 1 before the first step.
 
-Presets (``--preset``; a flag given on the command line wins over the preset):
+Presets (``--preset``; a value given on the command line or to :class:`PPOConfig` wins over the
+preset, even one equal to another preset's):
 
 =================  ===========  ===========  ======================================================
 field              fast         golden       why
@@ -37,7 +38,8 @@ total_updates      30           30           ~2-3 min on 2 idle cores (Northwind
 Both: ``n_epochs`` 2 over a rollout of ``n_envs x n_steps`` = 16 x 8 = 128 answers, one
 optimizer step per epoch (``minibatch_size`` 128 accumulated from 4 micro-batches of 32), cosine
 decay of both learning rates over ``total_updates``, per-minibatch advantage normalisation,
-rewards clipped to ``[-reward_clip, reward_clip]`` = [-2, 2], ``target_kl`` 0.1.
+``target_kl`` 0.1. The env pays :func:`rewards.router.path_reward_components`' total, already
+clipped to ``[-clip, clip]`` = [-2, 2] by the one knob ``--reward.clip``.
 
 Outputs:
 
@@ -50,7 +52,7 @@ Outputs:
 
 Metrics (one row per update, TensorBoard and ``metrics.jsonl``):
 
-- ``rollout/reward_mean``: mean clipped reward of the rollout's answers;
+- ``rollout/reward_mean``: mean reward of the rollout's answers (clipped by ``--reward.clip``);
 - ``rollout/reward/<component>``: mean of each reward component (anchor, via, target, legal, raw_total);
 - ``rollout/success_rate``: share of rollout answers equal to the gold path (sampled, not greedy);
 - ``train/approx_kl``: mean over the update's minibatches of ``E[(ratio - 1) - log ratio]``,
@@ -80,7 +82,7 @@ import time
 import warnings
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -107,7 +109,7 @@ PRESETS: dict[str, dict[str, Any]] = {
     "fast": {"actor_lr": 5e-6, "critic_lr": 1e-4, "clip_range": 0.1, "total_updates": 30},
     "golden": {"actor_lr": 1e-6, "critic_lr": 5e-6, "clip_range": 0.1, "total_updates": 30},
 }
-"""Named settings (table in the module docstring); fields left at their class default take them."""
+"""Named settings (table in the module docstring); a field left unset (None) takes its preset's value."""
 
 # fields that may differ between a run and its resumption
 RESUME_FREE = ("resume", "stop_after", "threads", "progress", "tensorboard")
@@ -125,16 +127,16 @@ class PPOConfig:
     """Folder for the final router (replaced atomically at the end)."""
     preset: Literal["fast", "golden"] = "fast"
     """Named settings: fast (measurable within minutes on 2 cores) or golden (the conservative settings that kept PPO from collapsing)."""
-    actor_lr: float = 5e-6
-    """Peak learning rate of the actor (trainable encoder layers and the three heads)."""
-    critic_lr: float = 1e-4
-    """Peak learning rate of the critic (value head); higher than the actor's."""
-    clip_range: float = 0.1
-    """PPO clip range epsilon: the ratio is clipped to [1 - eps, 1 + eps]."""
+    actor_lr: float | None = None
+    """Peak learning rate of the actor (trainable encoder layers and the three heads); unset: the preset's (fast 5e-6, golden 1e-6)."""
+    critic_lr: float | None = None
+    """Peak learning rate of the critic (value head), higher than the actor's; unset: the preset's (fast 1e-4, golden 5e-6)."""
+    clip_range: float | None = None
+    """PPO clip range epsilon: the ratio is clipped to [1 - eps, 1 + eps]; unset: the preset's (0.1)."""
     target_kl: float = 0.1
     """Stop an update's epochs when a minibatch's approx_kl exceeds this (0.1 by default)."""
-    total_updates: int = 30
-    """PPO updates (rollout + optimisation) in the whole run."""
+    total_updates: int | None = None
+    """PPO updates (rollout + optimisation) in the whole run; unset: the preset's (30)."""
     n_envs: int = 16
     """Parallel routing envs (questions answered per rollout step)."""
     n_steps: int = 8
@@ -151,8 +153,6 @@ class PPOConfig:
     """GAE lambda (irrelevant for one-step episodes)."""
     normalize_advantage: bool = True
     """Normalise advantages to mean 0, std 1 within each minibatch."""
-    reward_clip: float = 2.0
-    """Rewards are clipped to [-reward_clip, reward_clip] before GAE (2 by default)."""
     ent_coef: float = 0.0
     """Entropy bonus weight."""
     vf_coef: float = 0.5
@@ -189,11 +189,10 @@ class PPOConfig:
     """Router reward (rewards.router) paid by the env."""
 
     def __post_init__(self) -> None:
-        defaults = {f.name: f.default for f in fields(PPOConfig) if not callable(f.default_factory)}  # type: ignore[misc]
-        for name, value in PRESETS[self.preset].items():
-            if getattr(self, name) == defaults[name]:
+        for name, value in PRESETS[self.preset].items():  # a value given explicitly wins, even the preset's own
+            if getattr(self, name) is None:
                 setattr(self, name, value)
-        for name in ("actor_lr", "critic_lr", "clip_range", "target_kl", "reward_clip"):
+        for name in ("actor_lr", "critic_lr", "clip_range", "target_kl"):
             if not getattr(self, name) > 0:
                 raise ConfigError(f"must be > 0, got {getattr(self, name)}", where=f"--{name.replace('_', '-')}")
         for name in ("total_updates", "n_envs", "n_steps", "n_epochs", "minibatch_size", "micro_batch_size", "eval_every", "checkpoint_every"):
@@ -372,7 +371,6 @@ def train(cfg: PPOConfig) -> PPOResult:
             with torch.no_grad():
                 actions, values, log_probs = policy(policy_batch(obs, index, train_set))
             next_obs, rewards, terminated, truncated, next_info = envs.step(actions.numpy())
-            rewards = np.clip(rewards, -cfg.reward_clip, cfg.reward_clip)
             buffer.add({**{k: obs[k] for k in OBS_KEYS}, "sample_index": index}, actions.numpy(), rewards,
                        terminated | truncated, values.numpy(), log_probs.numpy())  # fmt: skip
             final = next_info["final_info"]

@@ -194,6 +194,32 @@ def test_config_checks_and_presets(tiny_router, tmp_path):
     assert tiny_config(paths, tmp_path / "x", preset="golden", actor_lr=2e-6).actor_lr == 2e-6  # a flag wins
     fast = tiny_config(paths, tmp_path / "x")
     assert (fast.actor_lr, fast.critic_lr) == (5e-6, 1e-4) and fast.critic_lr > fast.actor_lr
+    # a value given explicitly wins even when it equals another preset's (or the fast default)
+    assert tiny_config(paths, tmp_path / "x", preset="golden", actor_lr=5e-6).actor_lr == 5e-6
+
+
+def test_preset_on_the_command_line_keeps_an_explicit_flag(tmp_path):
+    from core.cli import parse
+
+    base = ["--data", str(tmp_path), "--init", str(tmp_path), "--out", str(tmp_path / "o")]
+    cfg = parse(PPOConfig, [*base, "--preset", "golden", "--actor-lr", "5e-6"])
+    assert (cfg.actor_lr, cfg.critic_lr, cfg.total_updates) == (5e-6, 5e-6, 30)  # the flag, then the preset
+    cfg = parse(PPOConfig, [*base, "--preset", "golden"])
+    assert (cfg.actor_lr, cfg.critic_lr) == (1e-6, 5e-6)
+    cfg = parse(PPOConfig, [*base, "--critic-lr", "1e-4", "--total-updates", "3"])
+    assert (cfg.preset, cfg.actor_lr, cfg.critic_lr, cfg.total_updates) == ("fast", 5e-6, 1e-4, 3)
+
+
+def test_the_reward_is_clipped_by_one_knob(tiny_router, tmp_path):
+    from dataclasses import fields
+
+    from rewards.router import RewardConfig
+
+    assert "reward_clip" not in {f.name for f in fields(PPOConfig)}
+    res = train(tiny_config(tiny_router, tmp_path / "ppo", total_updates=1, reward=RewardConfig(clip=0.3)))
+    row = res.history[1]
+    assert row["rollout/reward_mean"] <= 0.3 + 1e-9  # the env pays the clipped total
+    assert row["rollout/reward/raw_total"] > 0.3  # an SFT router earns more than that before the clip
 
 
 def test_init_for_another_schema_is_refused(tiny_router, tmp_path):

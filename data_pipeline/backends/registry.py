@@ -54,7 +54,7 @@ from data_pipeline.backends.mongo_pipeline import (
 from data_pipeline.backends.mongodb import DEFAULT_SAMPLE_SIZE, connect, database_name, introspect_mongodb, redact_uri
 from data_pipeline.backends.sqlite import ExecutionResult, SQLiteExecutor, connect_readonly
 from data_pipeline.entities import ColumnStats, column_stats
-from core.errors import ConfigError, DataError
+from core.errors import ConfigError, DataError, QueryTimeout
 from data_pipeline.gold import col
 from core.graph import JoinPath, SchemaGraph
 from core.samples import Sample
@@ -291,8 +291,11 @@ class MongoBackend:
         return gold_pipeline(sample, graph).to_json()
 
     def _read(self, query: MongoQuery, what: str) -> ExecutionResult:
-        """Run one data read; a failure is a DataError naming ``what`` (these queries are ours, not a user's)."""
+        """Run one data read; a failure is a DataError naming ``what``, a read past its time limit a
+        QueryTimeout (these queries are ours, not a user's)."""
         res = self.execute(query, timeout_s=DATA_QUERY_TIMEOUT_S, max_rows=10_000_000)
+        if res.timed_out:
+            raise QueryTimeout(f"reading {what} ran past {DATA_QUERY_TIMEOUT_S:g} s", where=self.location)
         if not res.ok:
             raise DataError(f"reading {what} failed: {res.error}", where=self.location)
         return res
