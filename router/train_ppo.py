@@ -1,6 +1,7 @@
 """PPO fine-tuning of the router from its SFT checkpoint (the second training phase).
 
     python -m router.train_ppo --init runs/sft/northwind --data runs/data/northwind --out runs/ppo/northwind
+    python -m router.train_ppo ... --unlabelled data_pipeline/unlabelled/northwind.jsonl --unlabelled-ratio 0.5
 
 The loop reads top to bottom like ``cleanrl/ppo.py``: roll out the policy in the registered
 schema-routing env (:mod:`envs.schema_routing`, ``n_envs`` copies, one question per episode),
@@ -53,8 +54,10 @@ Outputs:
 Metrics (one row per update, TensorBoard and ``metrics.jsonl``):
 
 - ``rollout/reward_mean``: mean reward of the rollout's answers (clipped by ``--reward.clip``);
-- ``rollout/reward/<component>``: mean of each reward component (anchor, via, target, legal, raw_total);
-- ``rollout/success_rate``: share of rollout answers equal to the gold path (sampled, not greedy);
+- ``rollout/reward/<component>``: mean of each reward component of ``route2sql/SchemaRouting-v1``
+  (anchor, via, target, legal, raw_total; ``label_free/<name>`` for the label-free ones, computed on
+  every answer; ``labelled``: the share of answers to labelled questions);
+- ``rollout/success_rate``: share of rollout answers to labelled questions equal to the gold path (sampled, not greedy);
 - ``train/approx_kl``: mean over the update's minibatches of ``E[(ratio - 1) - log ratio]``,
   an estimate of KL(old || new) (http://joschu.net/blog/kl-approx.html);
 - ``train/clip_fraction``: share of samples whose ratio left ``[1 - clip, 1 + clip]``;
@@ -93,7 +96,9 @@ from core.cli import parse, run_main
 from core.dataset import load_dataset
 from core.errors import CheckpointError, ConfigError, DataError
 from core.io import write_json, write_jsonl
-from rewards.router import COMPONENTS, RewardConfig
+from envs.schema_routing_v1 import read_unlabelled
+from rewards.label_free import LabelFreeConfig
+from rewards.router import RewardConfig
 from router.buffer import RolloutBuffer
 from router.curves import plot_ppo_curve
 from router.evaluate import format_table, path_metrics
@@ -101,7 +106,7 @@ from router.model import PathSpace, RouterModel
 from router.policy import RouterPolicy
 from router.route import Router
 from router.ppo_checkpoint import STATE_FILE, TrainerState, load_checkpoint, save_checkpoint
-from router.rollout import OBS_KEYS, env_rng_states, make_routing_envs, policy_batch, restore_envs, routing_features
+from router.rollout import OBS_KEYS, env_rng_states, make_routing_envs, policy_batch, restore_envs, routing_features, unlabelled_samples
 from router.calibration import fit_temperature
 from router.sft_data import EncodedSplit, RewardTable, encode_split, lr_lambda, predict_split, split_log_probs
 
@@ -186,7 +191,15 @@ class PPOConfig:
     eval_splits: tuple[str, ...] = ("validation", "test", "test_heldout")
     """Splits on which the SFT start and the final PPO router are compared (those present)."""
     reward: RewardConfig = field(default_factory=RewardConfig)
-    """Router reward (rewards.router) paid by the env."""
+    """Router reward (rewards.router) paid by the env on labelled questions."""
+    unlabelled: Path | None = None
+    """Questions without labels (a question log: JSONL, one {"question": ...} a line) mixed into the rollouts and paid by the label-free reward (rewards.label_free)."""
+    unlabelled_ratio: float = 0.5
+    """Share of rollout episodes that draw an unlabelled question (with --unlabelled)."""
+    label_free_weight: float = 0.0
+    """Weight of the label-free reward added to the labelled reward on labelled questions (0: labelled reward only)."""
+    label_free: LabelFreeConfig = field(default_factory=LabelFreeConfig)
+    """Label-free reward weights (rewards.label_free)."""
 
     def __post_init__(self) -> None:
         for name, value in PRESETS[self.preset].items():  # a value given explicitly wins, even the preset's own
@@ -198,6 +211,10 @@ class PPOConfig:
         for name in ("total_updates", "n_envs", "n_steps", "n_epochs", "minibatch_size", "micro_batch_size", "eval_every", "checkpoint_every"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"must be >= 1, got {getattr(self, name)}", where=f"--{name.replace('_', '-')}")
+        if not 0.0 <= self.unlabelled_ratio <= 1.0:
+            raise ConfigError(f"must be in [0, 1], got {self.unlabelled_ratio}", where="--unlabelled-ratio")
+        if not self.label_free_weight >= 0:
+            raise ConfigError(f"must be >= 0, got {self.label_free_weight}", where="--label-free-weight")
         if self.micro_batch_size > self.minibatch_size:
             raise ConfigError(
                 f"--micro-batch-size {self.micro_batch_size} is larger than --minibatch-size {self.minibatch_size}",
@@ -304,12 +321,15 @@ def train(cfg: PPOConfig) -> PPOResult:
     policy = RouterPolicy(model, PathSpace(ds.graph, ds.values))
     policy.eval()  # dropout off in rollout and update alike: ratio == 1 before the first step
     rewards_table = RewardTable(policy.space, cfg.reward)
-    train_set = encode_split(policy, train_samples, rewards_table, samples_file)
+    unlabelled = unlabelled_samples(read_unlabelled(cfg.unlabelled), ds.graph, ds.schema.name) if cfg.unlabelled else []
+    train_set = encode_split(policy, train_samples + unlabelled, rewards_table, samples_file)  # unlabelled rows last
     val_set = encode_split(policy, val_samples, rewards_table, samples_file)
 
     # ---- envs, buffer, optimizers (separate: actor and critic parameters are disjoint)
     features = routing_features(train_set, vocab_size=len(model.tokenizer))
-    envs = make_routing_envs(ds.graph, train_set, features, cfg.reward, cfg.n_envs)
+    envs = make_routing_envs(ds.graph, train_set, features, cfg.reward, cfg.n_envs, n_labelled=len(train_samples),
+                             unlabelled_ratio=cfg.unlabelled_ratio if unlabelled else 0.0, label_free=cfg.label_free,
+                             label_free_weight=cfg.label_free_weight, values=ds.values, db_path=str(ds.db_path))  # fmt: skip
     obs_shapes = {k: (s.shape, s.dtype) for k, s in features.spaces.items()} | {"sample_index": ((), np.int64)}
     buffer = RolloutBuffer(cfg.n_steps, cfg.n_envs, obs_shapes, cfg.gamma, cfg.gae_lambda)
     actor_params, critic_params = policy.actor_parameters(), policy.critic_parameters()
@@ -365,7 +385,7 @@ def train(cfg: PPOConfig) -> PPOResult:
         # ---- 1. rollout: n_steps x n_envs one-question episodes
         buffer.reset()
         comp_sum: Counter[str] = Counter()
-        successes = 0
+        successes, n_labelled = 0, 0
         for _ in range(cfg.n_steps):
             index = np.asarray(info["sample_index"])
             with torch.no_grad():
@@ -374,10 +394,12 @@ def train(cfg: PPOConfig) -> PPOResult:
             buffer.add({**{k: obs[k] for k in OBS_KEYS}, "sample_index": index}, actions.numpy(), rewards,
                        terminated | truncated, values.numpy(), log_probs.numpy())  # fmt: skip
             final = next_info["final_info"]
-            for k in (*COMPONENTS, "raw_total"):
-                comp_sum[k] += float(np.sum(final["reward_components"][k]))
+            for k, v in final["reward_components"].items():
+                if not k.startswith("_"):
+                    comp_sum[k] += float(np.sum(v))
             comp_sum["reward"] += float(np.sum(rewards))
             successes += int(np.sum(final["is_success"]))
+            n_labelled += int(np.sum(final["labelled"]))
             obs, info = next_obs, next_info
         n_rollout = cfg.n_steps * cfg.n_envs
         global_step += n_rollout
@@ -439,9 +461,10 @@ def train(cfg: PPOConfig) -> PPOResult:
         var_ret = float(np.var(returns_flat))
         row: dict[str, float] = {"update": update, "global_step": global_step}
         row["rollout/reward_mean"] = comp_sum["reward"] / n_rollout
-        for k in (*COMPONENTS, "raw_total"):
-            row[f"rollout/reward/{k}"] = comp_sum[k] / n_rollout
-        row["rollout/success_rate"] = successes / n_rollout
+        for k in sorted(comp_sum):
+            if k != "reward":
+                row[f"rollout/reward/{k}"] = comp_sum[k] / n_rollout
+        row["rollout/success_rate"] = successes / n_labelled if n_labelled else float("nan")
         for k in ("approx_kl", "clip_fraction", "policy_gradient_loss", "value_loss", "entropy_loss"):
             row[f"train/{k}"] = stats[k] / n_mb if n_mb else float("nan")
         if kl_stop and n_mb == 0:
