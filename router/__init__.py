@@ -5,6 +5,7 @@ Verbs::
     python -m router.train_sft --data DIR --out CKPT      # supervised fine-tuning
     python -m router.route --router CKPT "question"       # route a question
     python -m router.evaluate --router CKPT --data DIR    # accuracy on the test splits
+    python -m router.export --router CKPT --out DIR       # a full standalone copy of a slim checkpoint
 
     from router.route import Router
     Router.from_pretrained(CKPT).route("客户 Around the Horn 买过哪些产品？")
@@ -13,7 +14,9 @@ Verbs::
 imported here, so that ``python -m`` runs them without a double import.)
 
 Modules: :mod:`router.backbones` (encoders), :mod:`router.text` (what the router reads about a
-schema), :mod:`router.model` (the network and checkpoints), :mod:`router.policy` (the
+schema), :mod:`router.model` (the network and its weights), :mod:`router.checkpoint` (the
+checkpoint's metadata and schema binding), :mod:`router.sft_data` (what SFT and PPO share),
+:mod:`router.policy` (the
 actor-critic over legal paths that PPO trains), :mod:`router.train_sft`, :mod:`router.route`,
 :mod:`router.evaluate`.
 """

@@ -206,6 +206,77 @@ def load_encoder(name_or_path: str) -> tuple[PreTrainedModel, PreTrainedTokenize
     return model, tokenizer, spec
 
 
+WEIGHT_PATTERNS = ("model.safetensors", "model-*.safetensors", "pytorch_model.bin", "pytorch_model-*.bin")
+"""Weights files of a Hugging Face directory, in the order :func:`weights_sha256` looks for them."""
+
+_HASHES: dict[tuple[Any, ...], str] = {}
+
+
+def weights_sha256(name_or_path: str) -> tuple[Path, str]:
+    """The encoder's directory and the sha256 of its weights, the name a slim router checkpoint
+    gives its base encoder.
+
+    The hash runs over the bytes of the directory's weights files (the first of
+    :data:`WEIGHT_PATTERNS` that matches; several shards in name order). It is computed once per
+    file version: the result is kept in ``cache_dir("hashes")`` keyed by the resolved directory and
+    each file's size and modification time (about 1 s per 500 MB the first time, a file read after).
+
+    Raises:
+        ConfigError, DownloadError, DataError: as :func:`resolve_encoder`.
+        CheckpointError: the directory holds no weights file.
+    """
+    import hashlib
+
+    path = resolve_encoder(name_or_path)
+    files: list[Path] = []
+    for pattern in WEIGHT_PATTERNS:
+        files = sorted(path.glob(pattern))
+        if files:
+            break
+    if not files:
+        raise CheckpointError(f"no weights file ({', '.join(WEIGHT_PATTERNS)})", where=path)
+    stats = tuple((f.name, f.stat().st_size, f.stat().st_mtime_ns) for f in files)
+    key = (str(path), stats)
+    if key in _HASHES:
+        return path, _HASHES[key]
+    record = cache_dir("hashes") / (hashlib.sha256(str(path).encode()).hexdigest()[:24] + ".json")
+    cached = _read_json(record, bad_ok=True) or {}
+    if cached.get("files") == [list(x) for x in stats] and isinstance(cached.get("sha256"), str):
+        _HASHES[key] = cached["sha256"]
+        return path, cached["sha256"]
+    h = hashlib.sha256()
+    for f in files:
+        with f.open("rb") as fh:
+            for chunk in iter(lambda: fh.read(1 << 22), b""):
+                h.update(chunk)
+    digest = h.hexdigest()
+    write_json(record, {"path": str(path), "files": [list(x) for x in stats], "sha256": digest})
+    _HASHES[key] = digest
+    return path, digest
+
+
+def load_encoder_model(path: str | Path) -> PreTrainedModel:
+    """The encoder model of a Hugging Face directory (pretrained weights, eval mode, no pooler).
+
+    Raises:
+        CheckpointError: the weights cannot be loaded (directory named).
+    """
+    from transformers import AutoConfig, AutoModel
+
+    path = Path(path)
+    try:
+        config = AutoConfig.from_pretrained(path)
+        kwargs: dict[str, Any] = {}
+        if _accepts_add_pooling_layer(config) and not _checkpoint_has(path, "pooler."):
+            kwargs["add_pooling_layer"] = False
+        model = AutoModel.from_pretrained(path, **kwargs)
+    except (OSError, ValueError, KeyError, RuntimeError) as exc:
+        raise CheckpointError(f"cannot load the encoder: {exc}", where=path) from exc
+    if getattr(model, "pooler", None) is not None:
+        model.pooler = None
+    return model.eval()
+
+
 def pool(hidden: torch.Tensor, attention_mask: torch.Tensor, pooling: str = "mean") -> torch.Tensor:
     """Sentence vectors from token states.
 

@@ -3,9 +3,10 @@
 
 ``config.json`` of a router checkpoint folder is :meth:`RouterCheckpointConfig.to_dict`::
 
-    {"format": "route2sql-router", "version": 3,
+    {"format": "route2sql-router", "version": 4,
      "model": RouterModelConfig,                  # the network's shape (router.model)
      "link_features": ["exact", ...],             # names of the lexical link features it reads
+     "base_encoder": {"name", "sha256"} or null,  # what a slim model.safetensors sits on
      "schema_fingerprint", "schema_name", "max_hops"     # a router bound to one schema, or
      "schemas": [{"name", "fingerprint", "max_hops", "data"}, ...], "max_hops"   # several
      "temperature": 1.0, "training": {...}, "metrics": {...}, ...other keys (kept as extra)}
@@ -36,8 +37,10 @@ from router.backbones import DEFAULT_ENCODER
 from router.text import LINK_FEATURES
 
 CHECKPOINT_FORMAT = "route2sql-router"
-CHECKPOINT_VERSION = 3
-"""2: value-linking features and ``values.json`` beside the weights; 3: agent-verb and "who" features (11), synonyms and verbs in table texts."""
+CHECKPOINT_VERSION = 4
+"""2: value-linking features and ``values.json`` beside the weights; 3: agent-verb and "who" features (11),
+synonyms and verbs in table texts; 4: slim weights (only what training changed) on a base encoder named
+by the sha256 of its weights, ``base_encoder`` and ``link_features`` in ``config.json``."""
 WEIGHTS_FILE = "model.safetensors"
 CONFIG_FILE = "config.json"
 ENCODER_DIR = "encoder"
@@ -46,10 +49,10 @@ SCHEMA_FILE = "schema.json"
 """Snapshot of the schema a one-schema router routes over by default."""
 SCHEMAS_FILE = "schemas.json"
 """Snapshots of the schemas of a router trained on several (``router.train_sft --data`` a folder of data sets)."""
-READABLE_VERSIONS = (3,)
-"""Checkpoint versions this code loads."""
+READABLE_VERSIONS = (3, 4)
+"""Checkpoint versions this code loads (3: every weight in ``model.safetensors``)."""
 
-_FIELDS = ("format", "version", "model", "link_features", "schema_fingerprint", "schema_name", "max_hops", "schemas",
+_FIELDS = ("format", "version", "model", "link_features", "base_encoder", "schema_fingerprint", "schema_name", "max_hops", "schemas",
            "temperature", "training", "metrics", "retargeted")  # fmt: skip
 
 
@@ -106,6 +109,23 @@ class RouterModelConfig:
 
 
 @dataclass(frozen=True)
+class BaseEncoder:
+    """The pretrained encoder a slim checkpoint's weights sit on.
+
+    Attributes:
+        name: a built-in encoder name or a Hugging Face directory (``router.backbones.resolve_encoder``).
+        sha256: of its weights files (:func:`router.backbones.weights_sha256`); loading refuses
+            an encoder whose weights hash differently.
+    """
+
+    name: str
+    sha256: str
+
+    def to_dict(self) -> dict[str, str]:
+        return {"name": self.name, "sha256": self.sha256}
+
+
+@dataclass(frozen=True)
 class SchemaRecord:
     """One schema a router was trained on (or is bound to).
 
@@ -144,6 +164,8 @@ class RouterCheckpointConfig:
         metrics: evaluation summary per split.
         extra: any other JSON keys (best epoch, timings, PPO update...), kept as they are.
         link_features: names of the link features the heads were trained on (``router.text.LINK_FEATURES``).
+        base_encoder: the encoder a slim ``model.safetensors`` completes (None: the file holds every
+            weight, as in version 3 and in exported full folders).
         version: checkpoint version (:data:`router.model.CHECKPOINT_VERSION` when saved by this code).
         graphs: the schema graphs whose snapshots :meth:`save` writes (not part of ``config.json``).
         values: the value index :meth:`save` writes for a one-schema checkpoint (None: none).
@@ -157,6 +179,7 @@ class RouterCheckpointConfig:
     metrics: dict[str, Any] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)
     link_features: tuple[str, ...] = LINK_FEATURES
+    base_encoder: BaseEncoder | None = None
     version: int = CHECKPOINT_VERSION
     graphs: tuple[SchemaGraph, ...] = field(default=(), compare=False, repr=False)
     values: ValueIndex | None = field(default=None, compare=False, repr=False)
@@ -258,7 +281,8 @@ class RouterCheckpointConfig:
     def to_dict(self) -> dict[str, Any]:
         """``config.json``'s contents (JSON-ready; layout in the module docstring)."""
         d: dict[str, Any] = {"format": CHECKPOINT_FORMAT, "version": self.version, "model": self.model.to_dict(),
-                             "link_features": list(self.link_features)}  # fmt: skip
+                             "link_features": list(self.link_features),
+                             "base_encoder": self.base_encoder.to_dict() if self.base_encoder else None}  # fmt: skip
         if self.multi:
             d |= {"schemas": [r.to_dict() for r in self.schemas], "max_hops": self.max_hops}
         elif self.schemas:
@@ -296,6 +320,8 @@ class RouterCheckpointConfig:
                 schemas = (SchemaRecord(str(d.get("schema_name", "?")), str(fp), hops),) if fp else ()
             temperature = float(d.get("temperature", 1.0))
             links = tuple(str(x) for x in d.get("link_features", LINK_FEATURES))
+            base = d.get("base_encoder")
+            base_encoder = BaseEncoder(str(base["name"]), str(base["sha256"])) if base else None
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise CheckpointError(f"malformed router config ({exc})", where=where) from exc
         if links != LINK_FEATURES or model.n_link_features != len(LINK_FEATURES):
@@ -306,7 +332,8 @@ class RouterCheckpointConfig:
             )
         extra = {k: v for k, v in d.items() if k not in _FIELDS}
         return cls(model, schemas, multi, temperature if temperature > 0 and temperature == temperature else 1.0,
-                   dict(d.get("training") or {}), dict(d.get("metrics") or {}), extra, links, int(d["version"]))  # fmt: skip
+                   dict(d.get("training") or {}), dict(d.get("metrics") or {}), extra, links, base_encoder,
+                   int(d["version"]))  # fmt: skip
 
     # ------------------------------------------------------------------ files
 

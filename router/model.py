@@ -25,9 +25,16 @@ That is what makes SFT fit in a few minutes on two CPU cores.
 
 Checkpoint layout (:meth:`RouterModel.save_pretrained`)::
 
-    DIR/model.safetensors   every tensor of the model (encoder included), fp32
-    DIR/config.json         {"format", "version", "model": RouterModelConfig, ...metadata}
+    DIR/model.safetensors   what training changed (heads, value head, link weights, the top
+                            trainable_layers encoder layers), fp32; every tensor in a full folder
+    DIR/config.json         router.checkpoint.RouterCheckpointConfig: model shape, schemas,
+                            base_encoder {"name", "sha256"} (null in a full folder), temperature...
     DIR/encoder/            the encoder's Hugging Face config and tokenizer files (no weights)
+
+A slim folder (the default) takes the frozen encoder weights from its base encoder, named by
+the sha256 of its weights files (:func:`router.backbones.weights_sha256`) and refused when that
+differs; ``python -m router.export`` writes a full standalone folder. Version-3 folders hold
+every weight and still load.
 """
 
 from __future__ import annotations
@@ -42,18 +49,19 @@ import numpy as np
 import torch
 from torch import nn
 
-from core.errors import CheckpointError, ConfigError, DataError
+from core.errors import CheckpointError, ConfigError, DataError, Route2SQLError
 from core.graph import JoinPath, SchemaGraph
 from core.io import atomic_directory, write_json
 from core.schema import Table
 from core.values import ValueIndex
-from router.backbones import DEFAULT_ENCODER, load_encoder, pool
+from router.backbones import DEFAULT_ENCODER, load_encoder, load_encoder_model, pool, weights_sha256
 from router.checkpoint import (
     CHECKPOINT_FORMAT,
     CHECKPOINT_VERSION,
     CONFIG_FILE,
     ENCODER_DIR,
     WEIGHTS_FILE,
+    BaseEncoder,
     RouterCheckpointConfig,
     RouterModelConfig,
 )
@@ -286,6 +294,7 @@ class RouterModel(nn.Module):
             nn.init.zeros_(lin.bias)
         self.null_via_bias = nn.Parameter(torch.zeros(()))
         self.value_head = nn.Sequential(nn.Linear(h + 2, 256), nn.GELU(), nn.Linear(256, 1))
+        self._base: BaseEncoder | None = None
         self.train(False)
 
     # ------------------------------------------------------------------ construction
@@ -309,7 +318,9 @@ class RouterModel(nn.Module):
             pooling=spec.pooling,
             **overrides,
         )
-        return cls(cfg, model, tokenizer)
+        router = cls(cfg, model, tokenizer)
+        router._base = BaseEncoder(encoder, weights_sha256(str(spec.path))[1])
+        return router
 
     def train(self, mode: bool = True) -> RouterModel:
         """Like ``nn.Module.train``, but frozen encoder parts always stay in eval mode (no dropout)."""
@@ -509,19 +520,68 @@ class RouterModel(nn.Module):
 
     # ------------------------------------------------------------------ persistence
 
+    def trained_keys(self) -> list[str]:
+        """``state_dict`` keys training can change: every head, the value head, the link weights and
+        the top ``trainable_layers`` encoder layers (the rest is the frozen pretrained encoder)."""
+        encoder = {id(t) for t in (*self.encoder.parameters(), *self.encoder.buffers())}
+        trained = set()
+        if self._layers is not None:
+            for layer in self._layers[self.split :]:
+                trained |= {id(t) for t in (*layer.parameters(), *layer.buffers())}
+        keep_vars = self.state_dict(keep_vars=True)
+        # ``_layers.*`` are second names of the encoder's own layers (the list is a submodule too)
+        return [k for k, v in keep_vars.items()
+                if not k.startswith("_layers.") and (id(v) not in encoder or id(v) in trained)]  # fmt: skip
+
+    def base_encoder(self) -> BaseEncoder | None:
+        """The pretrained encoder this network's frozen part equals, named by its weights' sha256;
+        None when that cannot be shown (the encoder is gone, or its weights differ from the frozen part).
+
+        A network built by :meth:`from_encoder` or loaded from a slim checkpoint knows it; for one
+        loaded from a full checkpoint the encoder's weights are read once and compared.
+        """
+        if self._base is not None:
+            return self._base
+        try:
+            path, digest = weights_sha256(self.config.encoder)
+            base = load_encoder_model(path).state_dict()
+        except Route2SQLError:
+            return None
+        own = self.encoder.state_dict()
+        trained = set(self.trained_keys())
+        frozen = [k for k in own if f"encoder.{k}" not in trained]
+        for k in frozen:
+            if k not in base or base[k].shape != own[k].shape or not torch.equal(base[k], own[k]):
+                return None
+        self._base = BaseEncoder(self.config.encoder, digest)
+        return self._base
+
     def save_pretrained(
-        self, out_dir: str | Path, checkpoint: RouterCheckpointConfig, files: dict[str, Any] | None = None
+        self,
+        out_dir: str | Path,
+        checkpoint: RouterCheckpointConfig,
+        files: dict[str, Any] | None = None,
+        *,
+        full: bool = False,
     ) -> Path:
         """Write the checkpoint (layout in the module docstring) atomically; returns ``out_dir``.
 
-        ``checkpoint`` is the metadata (:class:`router.checkpoint.RouterCheckpointConfig`; its
-        ``model`` is replaced by this network's config, and it writes the schema snapshots and
-        value index); ``files`` maps extra file names to JSON objects written beside it.
+        Args:
+            out_dir: the folder (replaced in one rename).
+            checkpoint: the metadata (:class:`router.checkpoint.RouterCheckpointConfig`); its
+                ``model`` becomes this network's config, ``version`` the current one, and it writes
+                the schema snapshots and value index.
+            files: extra file names mapped to JSON objects written beside it.
+            full: write every weight (a standalone folder) instead of only :meth:`trained_keys`
+                on the base encoder; a network whose base encoder cannot be shown
+                (:meth:`base_encoder` is None) is always written full.
         """
         from safetensors.torch import save_file
 
+        base = None if full else self.base_encoder()
+        keys = set(self.trained_keys()) if base is not None else None
         with atomic_directory(out_dir) as tmp:
-            state = {k: v.detach().contiguous().clone() for k, v in self.state_dict().items()}
+            state = {k: v.detach().contiguous().clone() for k, v in self.state_dict().items() if keys is None or k in keys}
             save_file(state, str(tmp / WEIGHTS_FILE), metadata={"format": "pt"})
             enc_dir = tmp / ENCODER_DIR
             enc_dir.mkdir()
@@ -529,19 +589,23 @@ class RouterModel(nn.Module):
             self.tokenizer.save_pretrained(enc_dir)
             for name, obj in (files or {}).items():
                 write_json(tmp / name, obj)
-            replace(checkpoint, model=self.config).save(tmp)
+            replace(checkpoint, model=self.config, version=CHECKPOINT_VERSION, base_encoder=base).save(tmp)
         return Path(out_dir)
 
     @classmethod
     def from_pretrained(cls, ckpt_dir: str | Path) -> tuple[RouterModel, RouterCheckpointConfig]:
-        """Load a checkpoint written by :meth:`save_pretrained`, offline.
+        """Load a checkpoint written by :meth:`save_pretrained` (or a version-3 full one), offline.
+
+        A slim checkpoint takes its frozen weights from its base encoder (built in the cache like
+        any built-in encoder), after checking that encoder's weights sha256.
 
         Returns:
             ``(model, checkpoint)``: the model in eval mode and its metadata (``config.json``).
 
         Raises:
             CheckpointError: the folder, ``config.json``, the weights or the encoder files are
-                missing or do not fit together (naming the file).
+                missing or do not fit together, or the base encoder is missing or its weights
+                hash differently (one line naming the file or the encoder).
         """
         from safetensors import SafetensorError
         from safetensors.torch import load_file
@@ -550,30 +614,58 @@ class RouterModel(nn.Module):
         d = Path(ckpt_dir)
         checkpoint = RouterCheckpointConfig.load(d)
         config = checkpoint.model
+        base = checkpoint.base_encoder
         weights = d / WEIGHTS_FILE
         if not weights.is_file():
             raise CheckpointError(f"missing {WEIGHTS_FILE}", where=d)
-        try:
-            enc_config = AutoConfig.from_pretrained(d / ENCODER_DIR)
-            kwargs = {"add_pooling_layer": False} if "add_pooling_layer" in _init_params(enc_config) else {}
-            with _skip_init():  # every weight comes from the checkpoint: random init is wasted time
-                encoder = AutoModel.from_config(enc_config, **kwargs)
-            if getattr(encoder, "pooler", None) is not None:
-                encoder.pooler = None
-            tokenizer = AutoTokenizer.from_pretrained(d / ENCODER_DIR)
-        except (OSError, ValueError, KeyError) as exc:
-            raise CheckpointError(f"cannot rebuild the encoder ({exc})", where=d / ENCODER_DIR) from exc
-        model = cls(config, encoder, tokenizer)
         try:
             state = load_file(str(weights))
         except (OSError, SafetensorError) as exc:  # a truncated or empty file fails on its header
             raise CheckpointError(f"not a readable safetensors file ({exc}); retrain or copy it again", where=weights) from exc
         try:
-            model.load_state_dict(state, strict=True)
+            if base is not None:
+                encoder = _base_encoder_model(base, d)
+            else:
+                enc_config = AutoConfig.from_pretrained(d / ENCODER_DIR)
+                kwargs = {"add_pooling_layer": False} if "add_pooling_layer" in _init_params(enc_config) else {}
+                with _skip_init():  # every weight comes from the checkpoint: random init is wasted time
+                    encoder = AutoModel.from_config(enc_config, **kwargs)
+                if getattr(encoder, "pooler", None) is not None:
+                    encoder.pooler = None
+            tokenizer = AutoTokenizer.from_pretrained(d / ENCODER_DIR)
+        except (OSError, ValueError, KeyError) as exc:
+            raise CheckpointError(f"cannot rebuild the encoder ({exc})", where=d / ENCODER_DIR) from exc
+        model = cls(config, encoder, tokenizer)
+        try:
+            missing, unexpected = model.load_state_dict(state, strict=base is None)
         except (OSError, RuntimeError) as exc:
             raise CheckpointError(f"weights do not fit the model ({exc})", where=weights) from exc
+        lacking = sorted(set(missing) & set(model.trained_keys()))
+        if unexpected or lacking:
+            bad = ", ".join((unexpected or lacking)[:3])
+            raise CheckpointError(f"weights do not fit the model ({'unexpected' if unexpected else 'missing'} {bad})", where=weights)
+        model._base = base
         model.train(False)
         return model, checkpoint
+
+
+def _base_encoder_model(base: BaseEncoder, ckpt_dir: Path) -> PreTrainedModel:
+    """The pretrained encoder of a slim checkpoint, its weights' sha256 checked.
+
+    Raises:
+        CheckpointError: one line naming the encoder when it cannot be had or hashes differently.
+    """
+    try:
+        path, digest = weights_sha256(base.name)
+    except Route2SQLError as exc:
+        raise CheckpointError(f"the router's base encoder {base.name!r} is not available ({exc})", where=ckpt_dir) from exc
+    if digest != base.sha256:
+        raise CheckpointError(
+            f"base encoder {base.name!r} ({path}) has weights sha256 {digest[:16]}..., the router was trained on "
+            f"{base.sha256[:16]}...; use that encoder, or a full folder from python -m router.export",
+            where=ckpt_dir / CONFIG_FILE,
+        )
+    return load_encoder_model(path)
 
 
 def _skip_init() -> Any:
