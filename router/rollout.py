@@ -142,15 +142,7 @@ def policy_batch(observations: Mapping[str, np.ndarray | torch.Tensor], sample_i
     links = torch.as_tensor(np.asarray(observations["links"]), dtype=torch.float32)
     width = max(int(mask.sum(1).max()), 1)
     ids, mask = ids[:, :width], mask[:, :width]
-    idx = [int(i) for i in sample_index]
-    hidden = split.lower[idx[0]].shape[-1]
-    lower = torch.zeros(len(idx), width, hidden)
-    mentions = None if split.mentions is None else torch.zeros(len(idx), width, links.shape[1])
-    for row, i in enumerate(idx):
-        n = len(split.lower[i])
-        lower[row, :n] = split.lower[i]
-        if mentions is not None:
-            mentions[row, :n] = split.mentions[i]
+    lower, mentions = split.frozen_states([int(i) for i in sample_index], width)
     return RouterBatch(ids, mask, links, mentions=mentions, lower=lower)
 
 
