@@ -91,10 +91,11 @@ def _plot(results: dict[str, Any]) -> dict[str, bytes]:
         for i, (name, m) in enumerate(routing.items()):
             vals = [100 * m.get("by_hops", {}).get(h, {}).get("full_path_acc", 0.0) for h in hops]
             ax.bar([int(h) + i * width for h in hops], vals, width=width, label=name)
-        ax.set_xticks([int(h) + width * (len(routing) - 1) / 2 for h in hops], [f"{h} hops" for h in hops])
+        counts = {h: max(m.get("by_hops", {}).get(h, {}).get("n", 0) for m in routing.values()) for h in hops}
+        ax.set_xticks([int(h) + width * (len(routing) - 1) / 2 for h in hops], [f"{h} hops\nn={counts[h]}" for h in hops])
         ax.set_ylabel("full-path accuracy (%)")
         ax.set_ylim(0, 105)
-        ax.set_title(f"Routing on {results['dataset']['name']} ({results['dataset']['split']})")
+        ax.set_title(f"Routing on {results['dataset']['name']} ({results['dataset']['split']}, n={results['dataset']['n']})")
         ax.legend()
         fig.tight_layout()
         buf = io.BytesIO()
@@ -109,7 +110,7 @@ def _plot(results: dict[str, Any]) -> dict[str, bytes]:
         for j, (col, label) in enumerate((("execution_success", "runs"), ("execution_accuracy", "execution accuracy"),
                                           ("empty_result_rate", "empty result"))):  # fmt: skip
             ax.bar([i + 0.27 * j for i in x], [100 * gen[n].get(col, 0.0) for n in names], width=0.27, label=label)
-        ax.set_xticks([i + 0.27 for i in x], names)
+        ax.set_xticks([i + 0.27 for i in x], [f"{n}\nn={gen[n].get('n', 0)}" for n in names])
         ax.set_ylabel("% of questions")
         ax.set_ylim(0, 105)
         ax.set_title("Generated SQL by path condition")
