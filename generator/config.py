@@ -170,6 +170,12 @@ class GRPOConfig:
     num_iterations: int = 1
     """Policy updates per generated batch (mu); above 1 the clip starts to matter."""
 
+    # ---- memory (the results do not depend on these, only peak memory and speed)
+    micro_batch: int = 2
+    """Completions per forward and backward pass of the policy and the reference (the loss is the same for any value; smaller: less memory)."""
+    prompt_chunk: int = 256
+    """Prompt tokens recomputed at once in the prompt's backward pass (the gradient is the same for any value; smaller: less memory)."""
+
     # ---- zero-std groups
     dynamic_sampling: Literal["resample", "more", "off"] = "resample"
     """What to do with a group whose rewards are all equal: draw a new prompt, sample G more for it, or nothing."""
@@ -243,6 +249,8 @@ class GRPOConfig:
                 where="--scale-rewards",
             )
         _positive(self.num_iterations, "--num-iterations")
+        _positive(self.micro_batch, "--micro-batch")
+        _positive(self.prompt_chunk, "--prompt-chunk")
         if self.dynamic_sampling not in DYNAMIC_SAMPLING:
             raise ConfigError(f"must be one of {', '.join(DYNAMIC_SAMPLING)}, got {self.dynamic_sampling!r}",
                               where="--dynamic-sampling")  # fmt: skip

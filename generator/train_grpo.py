@@ -12,14 +12,17 @@ GRPO on execution rewards (DAPO variant by default), one loop you can read top t
    ``max_resamples`` per step.
 2. **Reference** (:func:`score_reference`): per-token log-probs of the same completions under
    the frozen reference: the same network with its LoRA adapters switched off (no second
-   copy), the prompt computed once per group.
+   copy), the prompt computed once per group, ``micro_batch`` completions at a time, no graph.
 3. **Advantages** (:func:`generator.grpo.group_advantages`): ``(r - mean) / std`` per group,
    optionally with the virtual full score in mean and std.
-4. **Optimise** (:func:`optimise`): one differentiable pass per group (shared prompt again),
-   the clipped loss with k3 KL (``grpo``, ``dapo`` or ``dr_grpo`` normalisation over the whole
-   batch), gradients accumulated over groups and all-reduced once (DDP through accelerate),
-   clipped, AdamW, cosine learning rate. With ``num_iterations == 1`` the sampling log-probs
-   are the detached log-probs of this pass, so no extra forward is spent on them.
+4. **Optimise** (:func:`optimise`): per group, the clipped loss with k3 KL (``grpo``, ``dapo``
+   or ``dr_grpo`` normalisation over the whole batch) is computed and back-propagated
+   ``micro_batch`` completions at a time against the prompt's shared KV cache, then the prompt's
+   backward runs ``prompt_chunk`` tokens at a time (:func:`generator.grpo_logprobs.group_logprobs`:
+   the gradient of the whole batch, in memory that grows with the micro-batch, not with G or the
+   prompt); gradients are all-reduced once over the processes, clipped, AdamW, cosine learning
+   rate. With ``num_iterations == 1`` the sampling log-probs are the detached log-probs of this
+   pass, so no extra forward is spent on them.
 5. **Log** every metric (``docs/metrics.md``) to TensorBoard and ``metrics.jsonl``; checkpoint
    adapter + optimizer + scheduler + RNG + step every ``save_steps`` (atomically); at the end
    save ``OUT/final`` and plot ``OUT/reward_curves.png``.
@@ -35,7 +38,6 @@ query costs its rank at most the SQL timeout, because the executor aborts it ins
 
 from __future__ import annotations
 
-import contextlib
 import random
 import re
 import shutil
@@ -60,9 +62,7 @@ from core.io import atomic_directory, atomic_write_bytes, ensure_writable_dir, r
 from core.samples import Sample
 from generator.config import GRPOConfig, config_to_dict
 from generator.generate import (
-    CompletionScorer,
     Completions,
-    completion_logprobs,
     load_policy,
     model_device,
     prompt_token_ids,
@@ -72,6 +72,7 @@ from generator.generate import (
     write_generator,
 )
 from generator.grpo import group_advantages, group_mean_std, grpo_loss, plan_dynamic_sampling, zero_std_groups
+from generator.grpo_logprobs import group_logprobs
 from generator.models import make_reference_model, reference_logits_context
 from generator.retrieval import ExampleRetriever
 from generator.smoke import require_execution_signal, run_smoke_test
@@ -308,8 +309,11 @@ def collect_groups(ro: Rollout, cfg: GRPOConfig, min_new_tokens: int = 0) -> lis
 
 
 def score_reference(model: torch.nn.Module, groups: Sequence[Group], temperature: float,
-                    ref_model: torch.nn.Module | None = None) -> float:  # fmt: skip
-    """Fill ``group.ref_logp`` for every group: the base model (adapters off) or ``ref_model``.
+                    ref_model: torch.nn.Module | None = None, *, micro_batch: int | None = None,
+                    prompt_chunk: int | None = None) -> float:  # fmt: skip
+    """Fill ``group.ref_logp`` (``(n, T)``) for every group: the base model (adapters off) or
+    ``ref_model``, without a graph, ``micro_batch`` completions at a time (None: the whole group)
+    and the prompt ``prompt_chunk`` tokens at a time (None: at once).
 
     Returns:
         Seconds spent.
@@ -318,12 +322,13 @@ def score_reference(model: torch.nn.Module, groups: Sequence[Group], temperature
     device = model_device(model)
     for g in groups:
         prompt, comp = g.completions.prompt_ids.to(device), g.completions.completion_ids.to(device)
+        kw = {"temperature": temperature, "micro_batch": micro_batch, "prompt_chunk": prompt_chunk}
         if ref_model is not None:
             with torch.no_grad():
-                g.ref_logp = completion_logprobs(ref_model, prompt, comp, temperature)
+                g.ref_logp = group_logprobs(ref_model, prompt, comp, **kw).logp
         else:
             with reference_logits_context(model):
-                g.ref_logp = completion_logprobs(model, prompt, comp, temperature)
+                g.ref_logp = group_logprobs(model, prompt, comp, **kw).logp
     return time.perf_counter() - t0
 
 
@@ -349,25 +354,54 @@ class OptimiseStats:
     backward_s: float = 0.0
 
 
+def sync_gradients(accelerator: Accelerator, params: Sequence[torch.nn.Parameter]) -> None:
+    """Average the parameters' ``.grad`` over the processes in one all-reduce (no-op for one
+    process); a parameter without a gradient counts as zeros."""
+    if accelerator.num_processes == 1:
+        return
+    grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
+    flat = torch.cat([g.reshape(-1) for g in grads])
+    torch.distributed.all_reduce(flat)
+    flat /= accelerator.num_processes
+    offset = 0
+    for p, g in zip(params, grads, strict=True):
+        p.grad = flat[offset : offset + g.numel()].view_as(p).clone()
+        offset += g.numel()
+
+
+def broadcast_parameters(accelerator: Accelerator, params: Sequence[torch.nn.Parameter]) -> None:
+    """Copy the main process's values of ``params`` to every process (no-op for one process): the
+    processes seed by rank, so freshly initialised LoRA matrices differ until this runs."""
+    if accelerator.num_processes == 1:
+        return
+    with torch.no_grad():
+        for p in params:
+            torch.distributed.broadcast(p.data, src=0)
+
+
 def optimise(
     accelerator: Accelerator,
-    scorer_module: torch.nn.Module,
+    model: torch.nn.Module,
     groups: Sequence[Group],
     cfg: GRPOConfig,
     optimizer: torch.optim.Optimizer,
     params: Sequence[torch.nn.Parameter],
     first_pass: bool = True,
 ) -> OptimiseStats:
-    """One optimizer step over a batch of groups: loss per group, gradients accumulated, one all-reduce.
+    """One optimizer step over a batch of groups: loss per micro-batch, gradients accumulated, one all-reduce.
+
+    Each group goes through :func:`generator.grpo_logprobs.group_logprobs` with
+    ``cfg.micro_batch`` and ``cfg.prompt_chunk``: every micro-batch's share of the batch loss
+    (normalised by the whole batch's completion and token counts) is back-propagated as soon as
+    it is computed, so the accumulated gradient is that of the whole batch's loss.
 
     Args:
-        accelerator: the run's accelerator (gradient sync only on the last group).
-        scorer_module: the prepared :class:`generator.generate.CompletionScorer` (DDP-wrapped
-            when there are several processes).
+        accelerator: the run's accelerator (the processes' gradients are averaged before clipping).
+        model: the policy (peft-wrapped or not), in train mode.
         groups: groups with ``advantages`` (and ``ref_logp`` when ``cfg.beta > 0``).
-        cfg: loss type, clip ranges, beta, gradient clipping.
+        cfg: loss type, clip ranges, beta, gradient clipping, micro-batch and prompt chunk.
         optimizer: stepped once.
-        params: the trainable parameters (for clipping).
+        params: the trainable parameters (for clipping and the all-reduce).
         first_pass: True on the first pass over this batch: the sampling log-probs are this
             pass's detached log-probs (stored on the groups for later passes).
 
@@ -378,32 +412,35 @@ def optimise(
     device = accelerator.device
     total_seq = sum(g.completions.completion_ids.shape[0] for g in groups)
     total_tok = int(sum(int(g.completions.mask.sum()) for g in groups))
-    for i, g in enumerate(groups):
-        last = i == len(groups) - 1
-        ctx = accelerator.no_sync(scorer_module) if not last else contextlib.nullcontext()
-        with ctx:
-            t0 = time.perf_counter()
-            logp = scorer_module(g.completions.prompt_ids.to(device), g.completions.completion_ids.to(device))
-            if first_pass or g.old_logp is None:
-                g.old_logp = logp.detach()
-            assert g.advantages is not None
+    for g in groups:
+        assert g.advantages is not None
+        adv, mask = g.advantages.to(device), g.completions.mask.to(device)
+        old = None if first_pass or g.old_logp is None else g.old_logp.to(device)
+        ref = g.ref_logp.to(device) if g.ref_logp is not None else None
+
+        def loss_fn(rows: slice, logp: torch.Tensor) -> torch.Tensor:
             out = grpo_loss(
-                logp, g.old_logp, g.ref_logp, g.advantages.to(device), g.completions.mask.to(device),
-                loss_type=cfg.loss_type, epsilon_low=cfg.epsilon, epsilon_high=cfg.clip_high,
+                logp, logp.detach() if old is None else old[rows], None if ref is None else ref[rows], adv[rows],
+                mask[rows], loss_type=cfg.loss_type, epsilon_low=cfg.epsilon, epsilon_high=cfg.clip_high,
                 beta=cfg.beta, max_completion_length=cfg.max_completion_length,
                 total_sequences=total_seq, total_tokens=total_tok,
             )  # fmt: skip
-            t1 = time.perf_counter()
-            accelerator.backward(out.loss)
-            t2 = time.perf_counter()
-        stats.forward_s += t1 - t0
-        stats.backward_s += t2 - t1
-        stats.loss += float(out.loss.detach())
-        stats.kl_sum += out.kl_sum
-        stats.clip_low_sum += out.clip_low_sum
-        stats.clip_high_sum += out.clip_high_sum
-        stats.n_tokens += out.n_tokens
+            stats.loss += float(out.loss.detach())
+            stats.kl_sum += out.kl_sum
+            stats.clip_low_sum += out.clip_low_sum
+            stats.clip_high_sum += out.clip_high_sum
+            stats.n_tokens += out.n_tokens
+            return out.loss
+
+        res = group_logprobs(model, g.completions.prompt_ids.to(device), g.completions.completion_ids.to(device),
+                             temperature=cfg.temperature, micro_batch=cfg.micro_batch, prompt_chunk=cfg.prompt_chunk,
+                             loss_fn=loss_fn, backward=accelerator.backward)  # fmt: skip
+        if old is None:
+            g.old_logp = res.logp
+        stats.forward_s += res.forward_s
+        stats.backward_s += res.backward_s
     t0 = time.perf_counter()
+    sync_gradients(accelerator, params)
     stats.grad_norm = float(torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm))
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
@@ -670,7 +707,7 @@ def train(cfg: GRPOConfig) -> GRPOResult:
         _restore_rng(rng_state, stream)
         if (out / "metrics.jsonl").is_file():
             history = [h for h in read_jsonl(out / "metrics.jsonl") if h["step"] <= start_step]
-    scorer_module = accelerator.prepare(CompletionScorer(model, cfg.temperature))
+    broadcast_parameters(accelerator, params)
     writer = None
     if accelerator.is_main_process:
         from torch.utils.tensorboard import SummaryWriter
@@ -690,11 +727,12 @@ def train(cfg: GRPOConfig) -> GRPOResult:
         t_step = time.perf_counter()
         ro.stats = CollectStats()
         groups = collect_groups(ro, cfg)
-        ref_s = score_reference(model, groups, cfg.temperature, ref_model) if cfg.beta > 0 else 0.0
+        ref_s = (score_reference(model, groups, cfg.temperature, ref_model, micro_batch=cfg.micro_batch,
+                                 prompt_chunk=cfg.prompt_chunk) if cfg.beta > 0 else 0.0)  # fmt: skip
         assign_advantages(groups, cfg)
         passes = []
         for it in range(cfg.num_iterations):
-            passes.append(optimise(accelerator, scorer_module, groups, cfg, optimizer, params, first_pass=it == 0))
+            passes.append(optimise(accelerator, model, groups, cfg, optimizer, params, first_pass=it == 0))
             scheduler.step()
         m = step_metrics(accelerator, groups, ro.stats, passes, cfg, scheduler.get_last_lr()[0], ref_s)
         m["timing/step_s"] = time.perf_counter() - t_step
