@@ -303,7 +303,7 @@ class RouterCheckpointConfig:
             raise CheckpointError(f"format is {got!r}, expected {CHECKPOINT_FORMAT!r}", where=where)
         if d.get("version") not in READABLE_VERSIONS:
             raise CheckpointError(
-                f"router checkpoint version {d.get('version')} is not supported (this code reads "
+                f"router checkpoint version {d.get('version')!r} is not supported (this code reads "
                 f"{', '.join(map(str, READABLE_VERSIONS))}); retrain it with python -m router.train_sft",
                 where=where,
             )
@@ -322,6 +322,9 @@ class RouterCheckpointConfig:
             links = tuple(str(x) for x in d.get("link_features", LINK_FEATURES))
             base = d.get("base_encoder")
             base_encoder = BaseEncoder(str(base["name"]), str(base["sha256"])) if base else None
+            training, metrics = dict(d.get("training") or {}), dict(d.get("metrics") or {})
+            if min((r.max_hops for r in schemas), default=hops) < 0:
+                raise ValueError("max_hops must be >= 0")
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise CheckpointError(f"malformed router config ({exc})", where=where) from exc
         if links != LINK_FEATURES or model.n_link_features != len(LINK_FEATURES):
@@ -332,7 +335,7 @@ class RouterCheckpointConfig:
             )
         extra = {k: v for k, v in d.items() if k not in _FIELDS}
         return cls(model, schemas, multi, temperature if temperature > 0 and temperature == temperature else 1.0,
-                   dict(d.get("training") or {}), dict(d.get("metrics") or {}), extra, links, base_encoder,
+                   training, metrics, extra, links, base_encoder,
                    int(d["version"]))  # fmt: skip
 
     # ------------------------------------------------------------------ files
@@ -361,7 +364,7 @@ class RouterCheckpointConfig:
             raise CheckpointError("not a router checkpoint (no config.json)", where=d)
         try:
             doc = json.loads(cfg_file.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as exc:
+        except (OSError, ValueError, RecursionError) as exc:  # RecursionError: nested too deep
             raise CheckpointError(f"unreadable config ({exc})", where=cfg_file) from exc
         return cls.from_dict(doc, where=cfg_file)
 

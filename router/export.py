@@ -14,6 +14,7 @@ import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from core.cli import parse, run_main
 from core.errors import CheckpointError, ConfigError
@@ -33,8 +34,32 @@ class ExportConfig:
     """Write a slim folder (only the trained weights, on the named base encoder) instead of a full one."""
 
     def __post_init__(self) -> None:
-        if Path(self.out).resolve() == Path(self.router).resolve():
-            raise ConfigError("must differ from --router", where="--out")
+        check_out(self.router, self.out, where="--out")
+
+
+def check_out(router: str | Path, out: str | Path, *, where: str | Path | None = None) -> None:
+    """Refuse an ``out`` whose replacement would lose something: the ``router`` folder itself, a
+    folder inside it or holding it, an existing file, or an existing folder that is neither empty
+    nor a router checkpoint (``where`` names the option; default ``out``).
+
+    Raises:
+        ConfigError: one of those, in one line.
+    """
+    src, dst = Path(router).resolve(), Path(out).resolve()
+    where = out if where is None else where
+    if dst == src:
+        raise ConfigError("must differ from --router", where=where)
+    if dst in src.parents:
+        raise ConfigError(f"holds the --router folder {router} (replacing it would delete the router); choose a new folder", where=where)
+    if src in dst.parents:
+        raise ConfigError(f"is inside the --router folder {router}; choose a folder outside it", where=where)
+    if dst.exists() and not dst.is_dir():
+        raise ConfigError("is an existing file, not a folder; choose a new folder", where=where)
+    if dst.is_dir() and not (dst / CONFIG_FILE).is_file() and any(dst.iterdir()):
+        raise ConfigError(
+            "is a folder that is not empty and not a router checkpoint (it would be replaced); choose a new folder",
+            where=where,
+        )
 
 
 def export(router: str | Path, out: str | Path, *, slim: bool = False) -> Path:
@@ -48,6 +73,7 @@ def export(router: str | Path, out: str | Path, *, slim: bool = False) -> Path:
             ``slim`` was asked for a network whose base encoder cannot be shown.
     """
     src = Path(router)
+    check_out(src, out)
     model, checkpoint = RouterModel.from_pretrained(src)
     if slim and model.base_encoder() is None:
         raise CheckpointError(
@@ -56,12 +82,20 @@ def export(router: str | Path, out: str | Path, *, slim: bool = False) -> Path:
             where=src,
         )
     skip = {WEIGHTS_FILE, CONFIG_FILE, ENCODER_DIR}
-    files = {p.name: json.loads(p.read_text(encoding="utf-8")) for p in sorted(src.iterdir())
-             if p.name not in skip and p.suffix == ".json" and p.is_file()}  # fmt: skip
-    dst = model.save_pretrained(out, checkpoint, files, full=not slim)
+    files: dict[str, Any] = {}
     for p in sorted(src.iterdir()):
-        if p.name not in skip and p.suffix != ".json" and p.is_file():
-            shutil.copy2(p, dst / p.name)
+        if p.name not in skip and p.suffix == ".json" and p.is_file():
+            try:
+                files[p.name] = json.loads(p.read_text(encoding="utf-8"))
+            except (OSError, ValueError, RecursionError) as exc:  # RecursionError: nested too deep
+                raise CheckpointError(f"unreadable JSON file ({str(exc).splitlines()[0]}); copy the checkpoint again", where=p) from exc
+    try:
+        dst = model.save_pretrained(out, checkpoint, files, full=not slim)
+        for p in sorted(src.iterdir()):
+            if p.name not in skip and p.suffix != ".json" and p.is_file():
+                shutil.copy2(p, dst / p.name)
+    except OSError as exc:
+        raise CheckpointError(f"cannot write the exported router ({exc.strerror or exc})", where=out) from exc
     return dst
 
 

@@ -639,8 +639,9 @@ class RouterModel(nn.Module):
         model = cls(config, encoder, tokenizer)
         try:
             missing, unexpected = model.load_state_dict(state, strict=base is None)
-        except (OSError, RuntimeError) as exc:
-            raise CheckpointError(f"weights do not fit the model ({exc})", where=weights) from exc
+        except (OSError, RuntimeError) as exc:  # torch lists every mismatch, one per line: the first two
+            first = "; ".join(ln.strip() for ln in str(exc).splitlines()[1:3] if ln.strip()) or str(exc)
+            raise CheckpointError(f"weights do not fit the model ({first[:300]})", where=weights) from exc
         lacking = sorted(set(missing) & set(model.trained_keys()))
         if unexpected or lacking:
             bad = ", ".join((unexpected or lacking)[:3])

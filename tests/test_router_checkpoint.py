@@ -76,11 +76,23 @@ def test_multi_schema_checkpoint_binds_each_recorded_schema(graphs, tmp_path: Pa
     ({"version": 1}, "router checkpoint version 1 is not supported"),
     ({"link_features": ["exact"]}, "router reads the link features"),
     ({"model": "nope"}, "malformed router config"),
+    ({"training": [1, 2]}, "malformed router config"),
+    ({"metrics": "x"}, "malformed router config"),
+    ({"max_hops": -1}, "malformed router config"),
+    ({"version": "4"}, "version '4' is not supported"),
 ])  # fmt: skip
 def test_bad_configs_are_one_line_naming_the_file(graphs, tmp_path: Path, edit: dict, message: str) -> None:
     RouterCheckpointConfig.for_graphs(RouterModelConfig(), [graphs[0]]).save(tmp_path)
     doc = json.loads((tmp_path / "config.json").read_text()) | edit
     (tmp_path / "config.json").write_text(json.dumps(doc))
     with pytest.raises(CheckpointError, match=message) as info:
+        RouterCheckpointConfig.load(tmp_path)
+    assert str(info.value).startswith(str(tmp_path / "config.json")) and "\n" not in str(info.value)
+
+
+def test_a_config_nested_too_deep_is_one_line(graphs, tmp_path: Path) -> None:
+    RouterCheckpointConfig.for_graphs(RouterModelConfig(), [graphs[0]]).save(tmp_path)
+    (tmp_path / "config.json").write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(CheckpointError, match="unreadable config") as info:
         RouterCheckpointConfig.load(tmp_path)
     assert str(info.value).startswith(str(tmp_path / "config.json")) and "\n" not in str(info.value)

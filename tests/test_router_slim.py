@@ -111,3 +111,58 @@ def test_export_help_is_plain_words() -> None:
     assert "``" not in run.stdout and ":func:" not in run.stdout and "--slim" in run.stdout
     bad = subprocess.run([sys.executable, "-m", "router.export", "--router", "x"], capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) <= 2
+
+
+def test_export_refuses_an_out_folder_whose_replacement_would_lose_files(saved, tmp_path: Path) -> None:
+    """--out holding the router (its parent), inside it, an existing file or a non-empty folder
+    that is not a router checkpoint: one line, exit 2, nothing touched (before, --out PARENT
+    deleted the router and everything beside it)."""
+    import shutil
+
+    from core.errors import ConfigError
+    from router.export import export
+
+    parent = tmp_path / "runs"
+    router = shutil.copytree(saved["out"], parent / "r")
+    (parent / "notes.txt").write_text("keep me")
+    (tmp_path / "afile").write_text("keep me too")
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "x.txt").write_text("and me")
+    for out, message in [(parent, "holds the --router folder"), (router / "sub", "is inside the --router folder"),
+                         (tmp_path / "afile", "is an existing file"), (tmp_path / "data", "not empty and not a router checkpoint")]:  # fmt: skip
+        with pytest.raises(SystemExit) as info:
+            export_main(["--router", str(router), "--out", str(out)])
+        assert info.value.code == 2
+        with pytest.raises(ConfigError, match=message) as err:
+            export(router, out)
+        assert "\n" not in str(err.value)
+    assert (parent / "notes.txt").read_text() == "keep me" and (router / "config.json").is_file() and not (router / "sub").exists()
+    assert (tmp_path / "afile").read_text() == "keep me too" and (tmp_path / "data" / "x.txt").read_text() == "and me"
+
+
+def test_export_of_a_bad_json_file_or_to_an_unwritable_place_is_one_line(saved, tmp_path: Path) -> None:
+    import shutil
+
+    from router.export import export
+
+    router = shutil.copytree(saved["out"], tmp_path / "r")
+    (tmp_path / "afile").write_text("x")
+    with pytest.raises(CheckpointError, match="cannot write the exported router") as info:
+        export(router, tmp_path / "afile" / "out", slim=True)  # a folder under a file
+    assert "\n" not in str(info.value)
+    (router / "eval.json").write_text("{bad")
+    with pytest.raises(CheckpointError, match=r"eval.json: unreadable JSON file") as info:
+        export(router, tmp_path / "out", slim=True)
+    assert "\n" not in str(info.value) and not (tmp_path / "out").exists()
+
+
+def test_weights_of_another_shape_are_one_line(saved, tmp_path: Path) -> None:
+    import shutil
+
+    bad = shutil.copytree(saved["out"], tmp_path / "bad")
+    cfg = json.loads((bad / "config.json").read_text())
+    cfg["model"]["head_dim"] = 16  # torch lists each mismatched tensor on its own line
+    (bad / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(CheckpointError, match=r"model.safetensors: weights do not fit the model \(size mismatch") as info:
+        Router.from_pretrained(bad)
+    assert "\n" not in str(info.value)
