@@ -181,12 +181,17 @@ def write_jsonl(path: str | Path, records: Iterable[dict[str, Any]]) -> int:
     return len(lines)
 
 
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+"""A JSON escape of a UTF-16 surrogate (``\\ud800``): valid only as half of a pair."""
+
+
 def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
     """Read a JSONL file; blank lines are skipped.
 
     Raises:
         DataError: naming the file and line of the first line that is not UTF-8 or not a JSON
-            object, or when the file does not exist.
+            object (nested too deep included), that holds a lone surrogate escape (``"\\ud800"``:
+            a string no encoder, tokenizer or database takes), or when the file does not exist.
     """
     path = Path(path)
     if not path.is_file():
@@ -204,7 +209,14 @@ def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
                 obj = json.loads(line)
             except json.JSONDecodeError as exc:
                 raise DataError(f"not valid JSON ({exc.msg})", where=path, line=lineno) from exc
+            except RecursionError as exc:
+                raise DataError("not valid JSON (nested too deep)", where=path, line=lineno) from exc
             if not isinstance(obj, dict):
                 raise DataError("each line must be a JSON object", where=path, line=lineno)
+            if _SURROGATE_ESCAPE.search(line):  # "\ud800" alone is valid JSON but no text: it cannot be encoded
+                try:
+                    json.dumps(obj, ensure_ascii=False).encode("utf-8")
+                except UnicodeEncodeError as exc:
+                    raise DataError(f"not valid Unicode text (a lone surrogate {exc.object[exc.start]!r})", where=path, line=lineno) from exc
             out.append(obj)
     return out

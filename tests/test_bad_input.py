@@ -159,3 +159,25 @@ def test_grpo_nan_learning_rate_refused(tmp_path: Path) -> None:
 
     with pytest.raises(ConfigError, match="--learning-rate"):
         GRPOConfig(data=tmp_path, out=tmp_path / "o", learning_rate=float("nan"))
+
+
+@pytest.mark.parametrize(("line", "message"), [
+    ('{"question": ' + "[" * 50_000 + "]" * 50_000 + "}", r"q\.jsonl:2: not valid JSON \(nested too deep\)"),
+    ('{"question": "\\ud800 alone"}', r"q\.jsonl:2: not valid Unicode text \(a lone surrogate"),
+    ('{"question": "x", "meta": {"n": "\\udc80"}}', r"q\.jsonl:2: not valid Unicode text"),
+], ids=["nested", "surrogate", "surrogate-in-meta"])  # fmt: skip
+def test_jsonl_nested_too_deep_or_with_a_lone_surrogate_is_one_line(tmp_path: Path, line: str, message: str) -> None:
+    """Both raised later with a traceback: RecursionError while reading, UnicodeEncodeError in the
+    featurizer (a lone "\\ud800" is valid JSON but no text); a surrogate pair (an emoji) still reads."""
+    from core.errors import DataError
+    from core.io import read_jsonl
+    from envs.schema_routing_v1 import read_unlabelled
+
+    f = tmp_path / "q.jsonl"
+    f.write_text('{"question": "\\ud83c\\udf7a which customers?"}\n' + line + "\n", encoding="utf-8")
+    for read in (read_jsonl, read_unlabelled):
+        with pytest.raises(DataError, match=message) as info:
+            read(f)
+        assert "\n" not in str(info.value)
+    f.write_text('{"question": "\\ud83c\\udf7a which customers?"}\n', encoding="utf-8")
+    assert read_unlabelled(f) == ["🍺 which customers?"]
