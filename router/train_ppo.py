@@ -272,6 +272,23 @@ def route_row(m: dict[str, Any]) -> dict[str, float]:
     return {f"route/{k}": float(m[k]) for k in keys if k in m}
 
 
+def _check_question_lengths(model: RouterModel, questions: list[str], where: Path, batch_size: int = 64) -> None:
+    """Refuse a question of the unlabelled file that the router cannot read whole, naming the file and
+    its line (:func:`encode_split` would name samples.jsonl and an ``unlabelled-<k>`` id).
+
+    Raises:
+        DataError: a question longer than the router's ``max_question_tokens``.
+    """
+    for start in range(0, len(questions), batch_size):
+        try:
+            model.tokenize(questions[start : start + batch_size], kind="question")
+        except DataError as exc:
+            k = start + (exc.line or 1) - 1  # the k-th question (0-based); blank lines hold none
+            with Path(where).open("rb") as fh:
+                lines = [i for i, raw in enumerate(fh, 1) if raw.decode("utf-8").strip()]
+            raise DataError(exc.message, where=where, line=lines[k] if k < len(lines) else None) from exc
+
+
 def _check_resumable(saved: dict[str, Any], cfg: PPOConfig, where: Path) -> None:
     now = cfg.to_dict()
     diff = [k for k in now if k not in RESUME_FREE and saved.get(k) != now[k]]
@@ -321,7 +338,10 @@ def train(cfg: PPOConfig) -> PPOResult:
     policy = RouterPolicy(model, PathSpace(ds.graph, ds.values))
     policy.eval()  # dropout off in rollout and update alike: ratio == 1 before the first step
     rewards_table = RewardTable(policy.space, cfg.reward)
-    unlabelled = unlabelled_samples(read_unlabelled(cfg.unlabelled), ds.graph, ds.schema.name) if cfg.unlabelled else []
+    questions = read_unlabelled(cfg.unlabelled) if cfg.unlabelled else []
+    if cfg.unlabelled:
+        _check_question_lengths(model, questions, cfg.unlabelled)
+    unlabelled = unlabelled_samples(questions, ds.graph, ds.schema.name)
     train_set = encode_split(policy, train_samples + unlabelled, rewards_table, samples_file)  # unlabelled rows last
     val_set = encode_split(policy, val_samples, rewards_table, samples_file)
 

@@ -32,3 +32,16 @@ def test_unlabelled_options_are_checked(tiny_router, tmp_path):  # noqa: F811
         tiny_config(tiny_router, tmp_path / "x", unlabelled=FIXTURE, unlabelled_ratio=1.5)
     with pytest.raises(ConfigError, match="--label-free-weight"):
         tiny_config(tiny_router, tmp_path / "x", label_free_weight=-1.0)
+
+
+def test_a_question_too_long_for_the_router_names_the_unlabelled_file_and_line(tiny_router, tmp_path):  # noqa: F811
+    """It named samples.jsonl and an ``unlabelled-<k>`` id (the k-th question, not the line)."""
+    from core.errors import DataError
+
+    log = tmp_path / "log.jsonl"
+    log.write_text('{"question": "which customers?"}\n\n' + json.dumps({"question": "word " * 500}) + "\n", encoding="utf-8")
+    with pytest.raises(DataError, match=r"log\.jsonl:3: question has \d+ tokens, more than the router's limit") as info:
+        train(tiny_config(tiny_router, tmp_path / "ppo", total_updates=1, n_envs=4, n_steps=8, minibatch_size=16,
+                          unlabelled=log, unlabelled_ratio=0.5))  # fmt: skip
+    assert "\n" not in str(info.value) and "samples.jsonl" not in str(info.value)
+    assert not (tmp_path / "ppo").exists()
