@@ -1,36 +1,37 @@
-"""One GRPO step, ours against TRL's ``GRPOTrainer``, on the same model, prompt and settings.
+"""One GRPO step, ours against TRL's ``GRPOTrainer``: step time and peak memory at G = 8 and 16.
 
-SPEC section 6's setting: SmolLM2-135M-Instruct in float32, one Northwind prompt of ~165 tokens,
-8 generations of exactly 64 new tokens (``min_new_tokens`` = max), temperature 1.0, beta 0.01
-(k3 KL to the reference), loss ``dapo``, one policy update per batch, the SQL reward of
-``rewards.sql``. Each trainer runs in its own fresh process (so peak RSS is its own) for
-``--warmup`` untimed steps and ``--steps`` timed ones, and the step is split into
-generation / reference log-probs / reward / policy forward / backward + optimizer.
+Both trainers get the same model, the same prompt and the same settings, each in a fresh child
+process per configuration; the parent reads the child's peak RSS from ``os.wait4`` (the child
+and its own children, nothing else), so configurations never contaminate each other. Each child
+runs ``--warmup`` untimed steps and ``--steps`` timed ones and splits the step into generation /
+reference log-probs / reward / policy forward / backward + optimizer.
 
-Two modes, each compared like for like:
+Settings (``--settings``), both taken from the code they describe:
 
-- ``lora``: LoRA r=16 on q/k/v/o (dropout 0); the reference is the same network with adapters
-  off, in both trainers (TRL does this too when given a ``peft_config``).
-- ``full``: every weight trained; both trainers keep a second, frozen copy as the reference.
+- ``demo``: what ``python -m evaluation.demo`` trains with (``evaluation.demo.PROMPT``): SQL-only
+  answers, compact routed tables, no retrieved examples, linked values, LoRA r=16 on every linear
+  layer, ``max_new_tokens`` 128, DAPO, beta 0.01, temperature 0.9.
+- ``defaults``: every default of ``python -m generator.train_grpo`` (full schema, 2 retrieved
+  examples, reasoning, linked values, LoRA on q/k/v/o, 192 new tokens, DAPO, beta 0.01).
+
+The prompt is a Northwind training question's, built with the setting's prompt options
+(``--prompt longest``: the longest training prompt, the memory worst case; ``median``: a typical
+one). Completions have exactly the setting's number of new tokens (``min_new_tokens`` = max), so
+both trainers do the same work; LoRA dropout is 0 in both (TRL turns dropout off). ``--modes
+full`` trains every weight instead, with a second frozen copy as the reference in both trainers.
 
 TRL's split comes from its own profiling hooks (``transformers.generate``,
 ``_calculate_rewards``, ``_get_per_token_logps_and_entropies`` inside ``_prepare_inputs`` for the
 reference and inside ``compute_loss`` for the policy); backward + optimizer is the step's wall
-time minus ``_prepare_inputs`` and ``compute_loss``.
-
-Other models and devices (``--model``, ``--device``, ``--load-in-4bit``, ``--dtype``,
-``--generations``, ``--new-tokens``): on ``--device cuda`` each child also reports its peak GPU
-memory (``torch.cuda.max_memory_allocated``), which the table and the ratios then use. In 4-bit
-(bitsandbytes NF4, QLoRA) both trainers load the same NF4 base (ours through
-:func:`generator.models.load_generator`, TRL through its ``quantization_config`` argument);
-``full`` mode is refused there (4-bit weights cannot be trained).
+time minus ``_prepare_inputs`` and ``compute_loss``. On ``--device cuda`` each child also reports
+its peak GPU memory (``torch.cuda.max_memory_allocated``), which the ratios then use.
 
 TRL is an optional extra for this benchmark only: ``pip install -e ".[bench]"`` (pins trl 1.16.0)::
 
-    python benchmarks/bench_grpo.py                      # both modes, both trainers
-    python benchmarks/bench_grpo.py --modes lora --steps 3 --json-out grpo_step.json
-    python benchmarks/bench_grpo.py --model Qwen2.5-Coder-1.5B-Instruct --device cuda --load-in-4bit \
-        --dtype bfloat16 --modes lora          # QLoRA on one GPU (benchmarks/gpu_check.sh)
+    python benchmarks/bench_grpo.py --data /tmp/nw                        # demo settings, G 8 and 16
+    python benchmarks/bench_grpo.py --data /tmp/nw --settings defaults --trainers ours
+    python benchmarks/bench_grpo.py --model Qwen2.5-Coder-1.5B-Instruct --device cuda --load-in-4bit True \
+        --dtype bfloat16 --generations 8        # QLoRA on one GPU (benchmarks/gpu_check.sh)
 """
 
 from __future__ import annotations
@@ -38,7 +39,6 @@ from __future__ import annotations
 import json
 import os
 import platform
-import resource
 import statistics
 import subprocess
 import sys
@@ -48,14 +48,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from core.cli import parse, run_main
-from core.errors import ConfigError
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the package from this checkout
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-GENERATIONS = 8
-NEW_TOKENS = 64
-BETA = 0.01
-TEMPERATURE = 1.0
-LEARNING_RATE = 1e-6
+from bench_common import machine  # noqa: E402
+from core.cli import parse, run_main  # noqa: E402
+from core.errors import ConfigError  # noqa: E402
+
+ALL_LINEAR = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+SETTINGS = ("demo", "defaults")
+PARTS = ("generation", "reference", "reward", "policy_forward", "backward_optimizer", "step")
 
 
 @dataclass
@@ -64,10 +66,16 @@ class Args:
 
     data: Path | None = None
     """Built Northwind data set (python -m data_pipeline.build --db northwind); default: built into a temp folder."""
-    modes: tuple[str, ...] = ("lora", "full")
-    """Which training modes to compare: lora, full."""
+    settings: tuple[str, ...] = ("demo",)
+    """Which settings to run: demo (evaluation.demo's GRPO), defaults (generator.train_grpo's defaults)."""
+    generations: tuple[int, ...] = (8, 16)
+    """Group sizes G to run (completions per prompt)."""
+    modes: tuple[str, ...] = ("lora",)
+    """lora (the setting's LoRA, reference = adapters off) and/or full (every weight, a frozen copy as reference)."""
     trainers: tuple[str, ...] = ("ours", "trl")
     """Which trainers to run: ours, trl."""
+    prompt: str = "longest"
+    """Which training prompt: longest (the memory worst case) or median."""
     model: str = "SmolLM2-135M-Instruct"
     """Generator both trainers train: a built-in name (SmolLM2-135M-Instruct, Qwen2.5-Coder-1.5B-Instruct) or a HF causal-LM directory."""
     device: str = "cpu"
@@ -76,26 +84,26 @@ class Args:
     """Load the base weights in bitsandbytes NF4 (QLoRA; lora mode only)."""
     dtype: str = "float32"
     """Weight dtype, and compute dtype in 4-bit: float32, bfloat16 or float16."""
-    generations: int = GENERATIONS
-    """Completions per prompt (the GRPO group size G)."""
-    new_tokens: int = NEW_TOKENS
-    """New tokens per completion (exactly: min_new_tokens = max_new_tokens)."""
+    new_tokens: int | None = None
+    """New tokens per completion (exactly); default: the setting's max completion length."""
+    micro_batch: int | None = None
+    """Ours: completions per forward/backward pass; default: generator.train_grpo's default."""
+    prompt_chunk: int | None = None
+    """Ours: prompt tokens per recomputed chunk of the prompt's backward; default: generator.train_grpo's default."""
     trl_gradient_checkpointing: bool = True
-    """TRL's gradient checkpointing (its GRPOConfig default, on); False matches ours, which never recomputes activations."""
+    """TRL's gradient checkpointing (its GRPOConfig default, on)."""
     steps: int = 2
-    """Timed steps per trainer and mode."""
+    """Timed steps per configuration."""
     warmup: int = 1
     """Untimed steps first (allocator and kernel warm-up)."""
     threads: int | None = None
     """torch threads in each child process; default: torch's choice."""
-    parallel: bool = False
-    """Run the trainers of a mode side by side (fair on a machine whose load changes; each then has less CPU)."""
     json_out: Path | None = None
     """Also write every result as JSON here."""
     child: str | None = None
     """(internal) run one trainer in this process: ours or trl."""
     payload: Path | None = None
-    """(internal) the child's prompt file."""
+    """(internal) the child's prompt and settings file."""
     mode: str = "lora"
     """(internal) the child's mode."""
 
@@ -104,17 +112,19 @@ class Args:
             raise ConfigError(f"must be cpu or cuda, got {self.device!r}", where="--device")
         if self.dtype not in ("float32", "bfloat16", "float16"):
             raise ConfigError(f"must be float32, bfloat16 or float16, got {self.dtype!r}", where="--dtype")
-        for m in self.modes:
-            if m not in ("lora", "full"):
-                raise ConfigError(f"unknown mode {m!r}; choose from lora, full", where="--modes")
-        for t in self.trainers:
-            if t not in ("ours", "trl"):
-                raise ConfigError(f"unknown trainer {t!r}; choose from ours, trl", where="--trainers")
+        for name, values, allowed in (("--settings", self.settings, SETTINGS), ("--modes", self.modes, ("lora", "full")),
+                                      ("--trainers", self.trainers, ("ours", "trl"))):  # fmt: skip
+            for v in values:
+                if v not in allowed:
+                    raise ConfigError(f"unknown value {v!r}; choose from {', '.join(allowed)}", where=name)
+        if self.prompt not in ("longest", "median"):
+            raise ConfigError(f"must be longest or median, got {self.prompt!r}", where="--prompt")
         if self.load_in_4bit and "full" in self.modes:
             raise ConfigError("4-bit weights cannot be trained; use --modes lora with --load-in-4bit", where="--modes")
-        if self.generations < 2:
-            raise ConfigError(f"must be >= 2 (a group needs two completions), got {self.generations}", where="--generations")
-        if self.new_tokens < 1:
+        if any(g < 2 for g in self.generations):
+            raise ConfigError(f"each must be >= 2 (a group needs two completions), got {self.generations}",
+                              where="--generations")  # fmt: skip
+        if self.new_tokens is not None and self.new_tokens < 1:
             raise ConfigError(f"must be >= 1, got {self.new_tokens}", where="--new-tokens")
         if self.steps < 1 or self.warmup < 0:
             raise ConfigError(f"need --steps >= 1 and --warmup >= 0, got {self.steps} and {self.warmup}", where="--steps")
@@ -125,28 +135,57 @@ class Args:
                 raise ConfigError("no CUDA device is visible to torch (torch.cuda.is_available() is False)", where="--device")
 
 
-# --------------------------------------------------------------------------- the shared prompt
+# --------------------------------------------------------------------------- settings and prompt
 
 
-def bench_prompt(data: Path) -> dict[str, Any]:
-    """The benchmark's prompt: the answer-format instruction, the route, the join skeleton and
-    the question of the first one-join training sample (no schema listing: ~165 tokens)."""
+def setting_config(name: str, data: Path, generations: int) -> Any:
+    """The :class:`generator.config.GRPOConfig` of setting ``name`` with ``generations`` per group."""
+    from evaluation.demo import PROMPT, DemoConfig
+    from generator.config import GRPOConfig
+    from generator.models import ModelConfig
+
+    if name == "defaults":
+        return GRPOConfig(data=data, out=Path("."), num_generations=generations)
+    assert name == "demo"
+    # evaluation.demo passes PROMPT to both generator trainers; its GRPO call adds DAPO, beta 0.01,
+    # learning rate 5e-5, --max-completion-length DemoConfig.max_new_tokens, and --init from the
+    # warm start, whose LoRA covers every linear layer
+    k = int(PROMPT[PROMPT.index("--k-examples") + 1])
+    schema = PROMPT[PROMPT.index("--schema-detail") + 1]
+    return GRPOConfig(data=data, out=Path("."), model=ModelConfig(lora_target_modules=ALL_LINEAR), k_examples=k,
+                      with_reasoning="--no-with-reasoning" not in PROMPT, schema_detail=schema,  # type: ignore[arg-type]
+                      value_linking="--value-linking" in PROMPT, num_generations=generations,
+                      max_completion_length=DemoConfig(db="northwind").max_new_tokens, loss_type="dapo", beta=0.01,
+                      learning_rate=5e-5)  # fmt: skip
+
+
+def bench_prompt(data: Path, setting: str, pick: str) -> dict[str, Any]:
+    """The messages, gold SQL and token count of one training prompt built as ``setting`` builds
+    them: the longest one within ``max_prompt_tokens`` or the median one (``pick``)."""
     from core.dataset import load_dataset
-    from generator.prompt import system_message
+    from generator.generate import prompt_token_ids, sample_messages
+    from generator.models import load_tokenizer, resolve_generator
+    from generator.retrieval import ExampleRetriever
 
+    cfg = setting_config(setting, data, 8)
     ds = load_dataset(data)
-    sample = next(s for s in ds.split("train") if s.path.hops == 1 and s.language == "en")
-    user = f"Route: {sample.path}\nJoin skeleton: {ds.graph.from_clause(sample.path)}\nQuestion: {sample.question}"
-    messages = [{"role": "system", "content": system_message()}, {"role": "user", "content": user}]
-    return {"messages": messages, "gold_sql": sample.sql, "db_path": str(ds.db_path), "sample_id": sample.id}
+    train = ds.split("train")
+    tok = load_tokenizer(resolve_generator(cfg.model.model))
+    retriever = ExampleRetriever(train) if cfg.k_examples > 0 else None
 
+    def messages(s):  # noqa: ANN001, ANN202
+        return sample_messages(s, ds, retriever, path=s.path, k=cfg.k_examples, with_reasoning=cfg.with_reasoning,
+                               schema_detail=cfg.schema_detail, value_linking=cfg.value_linking)  # fmt: skip
 
-def _peak_rss_gb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024**2  # Linux: KiB
+    sized = sorted((len(prompt_token_ids(tok, messages(s))), i) for i, s in enumerate(train))
+    sized = [x for x in sized if x[0] <= cfg.max_prompt_tokens]
+    n_tokens, i = sized[-1] if pick == "longest" else sized[len(sized) // 2]
+    sample = train[i]
+    return {"messages": messages(sample), "gold_sql": sample.sql, "db_path": str(ds.db_path), "sample_id": sample.id,
+            "prompt_tokens": n_tokens, "setting": setting}  # fmt: skip
 
 
 def _peak_gpu_gb(device: str) -> float | None:
-    """Peak memory torch allocated on the GPU in this process, GB (None on the CPU)."""
     if device != "cuda":
         return None
     import torch
@@ -154,24 +193,27 @@ def _peak_gpu_gb(device: str) -> float | None:
     return torch.cuda.max_memory_allocated() / 1024**3
 
 
-def _model_config(args: Args, mode: str):  # noqa: ANN202
-    from generator.models import ModelConfig
+def _child_config(payload: dict[str, Any], mode: str, args: Args, generations: int) -> Any:
+    from dataclasses import replace
 
-    return ModelConfig(model=args.model, use_lora=mode == "lora", lora_dropout=0.0, load_in_4bit=args.load_in_4bit,
-                       dtype=args.dtype)  # fmt: skip
+    cfg = setting_config(payload["setting"], Path("."), generations)
+    model = replace(cfg.model, model=args.model, use_lora=mode == "lora", lora_dropout=0.0,
+                    load_in_4bit=args.load_in_4bit, dtype=args.dtype)  # fmt: skip
+    memory = {k: v for k, v in (("micro_batch", args.micro_batch), ("prompt_chunk", args.prompt_chunk)) if v is not None}
+    return replace(cfg, model=model, max_completion_length=args.new_tokens or cfg.max_completion_length,
+                   dynamic_sampling="off", skip_smoke_test=True, **memory)  # fmt: skip
 
 
 # --------------------------------------------------------------------------- our step
 
 
-def run_ours(payload: dict[str, Any], mode: str, args: Args) -> dict[str, Any]:
+def run_ours(payload: dict[str, Any], mode: str, args: Args, generations: int) -> dict[str, Any]:
     import torch
     from accelerate import Accelerator
 
     from core.graph import JoinPath
     from core.samples import Sample
-    from generator.config import GRPOConfig
-    from generator.generate import CompletionScorer, prompt_token_ids
+    from generator.generate import prompt_token_ids
     from generator.models import load_generator, make_reference_model
     from generator.train_grpo import (
         CollectStats,
@@ -184,45 +226,43 @@ def run_ours(payload: dict[str, Any], mode: str, args: Args) -> dict[str, Any]:
         score_reference,
     )
 
-    steps, warmup, new_tokens = args.steps, args.warmup, args.new_tokens
+    cfg = _child_config(payload, mode, args, generations)
     torch.manual_seed(0)
-    mcfg = _model_config(args, mode)
     accelerator = Accelerator(cpu=args.device == "cpu")
-    model, tok = load_generator(mcfg)
+    model, tok = load_generator(cfg.model)
     model.to(accelerator.device)  # as generator.train_grpo does (a 4-bit model is already there)
-    ref_model = make_reference_model(mcfg).to(accelerator.device) if mode == "full" else None
-    cfg = GRPOConfig(data=Path("."), out=Path("."), model=mcfg, num_generations=args.generations,
-                     max_completion_length=new_tokens, temperature=TEMPERATURE, beta=BETA, loss_type="dapo",
-                     dynamic_sampling="off", learning_rate=LEARNING_RATE, skip_smoke_test=True)  # fmt: skip
-    scorer_module = accelerator.prepare(CompletionScorer(model, TEMPERATURE))
+    ref_model = make_reference_model(cfg.model).to(accelerator.device) if mode == "full" else None
     params = [p for p in model.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(params, lr=LEARNING_RATE)
+    optimizer = torch.optim.AdamW(params, lr=cfg.learning_rate)
     sample = Sample("bench", "northwind", "q", "en", JoinPath("x", (), "x"), payload["gold_sql"])
     prompt = Prompt(sample, sample.path, prompt_token_ids(tok, payload["messages"]))
     ro = Rollout(model, tok, [prompt], PromptStream(1), cfg.reward.make_scorer(), Path(payload["db_path"]))
     model.train()
     rows = []
-    for i in range(warmup + steps):
+    for i in range(args.warmup + args.steps):
         t0 = time.perf_counter()
         ro.stats = CollectStats()
-        groups = collect_groups(ro, cfg, min_new_tokens=new_tokens)
-        ref_s = score_reference(model, groups, TEMPERATURE, ref_model)
+        groups = collect_groups(ro, cfg, min_new_tokens=cfg.max_completion_length)
+        ref_s = score_reference(model, groups, cfg.temperature, ref_model, micro_batch=cfg.micro_batch,
+                                prompt_chunk=cfg.prompt_chunk)  # fmt: skip
         assign_advantages(groups, cfg)
-        opt = optimise(accelerator, scorer_module, groups, cfg, optimizer, params)
+        opt = optimise(accelerator, model, groups, cfg, optimizer, params)
         total = time.perf_counter() - t0
-        if i >= warmup:
+        if i >= args.warmup:
             rows.append({"generation": ro.stats.generation_s, "reference": ref_s, "reward": ro.stats.reward_s,
                          "policy_forward": opt.forward_s, "backward_optimizer": opt.backward_s, "step": total,
                          "completion_tokens": int(groups[0].completions.mask.sum())})  # fmt: skip
-    return {"prompt_tokens": len(prompt.ids), "rows": rows, "peak_rss_gb": _peak_rss_gb(),
-            "peak_gpu_gb": _peak_gpu_gb(args.device)}  # fmt: skip
+        del groups
+    ro.scorer.close()
+    return {"prompt_tokens": len(prompt.ids), "rows": rows, "peak_gpu_gb": _peak_gpu_gb(args.device),
+            "micro_batch": cfg.micro_batch, "prompt_chunk": cfg.prompt_chunk}  # fmt: skip
 
 
 # --------------------------------------------------------------------------- TRL's step
 
 
-def run_trl(payload: dict[str, Any], mode: str, args: Args) -> dict[str, Any]:
-    import torch
+def run_trl(payload: dict[str, Any], mode: str, args: Args, generations: int) -> dict[str, Any]:
+    import torch  # noqa: F401 - before trl, as trl expects
     import trl
     from datasets import Dataset
     from peft import LoraConfig
@@ -232,8 +272,9 @@ def run_trl(payload: dict[str, Any], mode: str, args: Args) -> dict[str, Any]:
     from trl.extras import profiling
 
     from generator.models import keep_4bit_trainable_on_cpu, resolve_generator
-    from rewards.sql import SQLRewardConfig, sql_rewards
+    from rewards.sql import sql_rewards
 
+    cfg = _child_config(payload, mode, args, generations)
     events: list[tuple[str, float, float]] = []  # (name, start, end)
 
     def record(self: Any, duration: float) -> None:
@@ -250,17 +291,15 @@ def run_trl(payload: dict[str, Any], mode: str, args: Args) -> dict[str, Any]:
         def on_step_end(self, args, state, control, **kw):  # noqa: ANN001
             steps_t[-1] = (steps_t[-1][0], time.perf_counter())
 
-    reward_cfg = SQLRewardConfig()
-    scorer = reward_cfg.make_scorer()
+    scorer = cfg.reward.make_scorer()
     db = payload["db_path"]
 
     def sql_reward(prompts, completions, gold_sql, **kw):  # noqa: ANN001, ANN003
-        return sql_rewards(completions, gold_sql, db, reward_cfg, scorer)
+        return sql_rewards(completions, gold_sql, db, cfg.reward, scorer)
 
-    steps, warmup, n_gen, new_tokens = args.steps, args.warmup, args.generations, args.new_tokens
-    total_steps = warmup + steps
+    total_steps = args.warmup + args.steps
     data = Dataset.from_list([{"prompt": payload["messages"], "gold_sql": payload["gold_sql"]}] * total_steps)
-    mcfg = _model_config(args, mode)
+    mcfg = cfg.model
     quantization = None
     if mcfg.load_in_4bit:  # the same NF4 setting as generator.models.load_generator
         quantization = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4",
@@ -271,9 +310,10 @@ def run_trl(payload: dict[str, Any], mode: str, args: Args) -> dict[str, Any]:
                                  target_modules=list(mcfg.lora_target_modules), task_type="CAUSAL_LM")  # fmt: skip
     out = tempfile.mkdtemp(prefix="trl-bench-")
     trl_args = TRLGRPOConfig(
-        output_dir=out, max_steps=total_steps, per_device_train_batch_size=n_gen, num_generations=n_gen,
-        max_completion_length=new_tokens, generation_kwargs={"min_new_tokens": new_tokens}, temperature=TEMPERATURE,
-        top_k=0, beta=BETA, loss_type="dapo", learning_rate=LEARNING_RATE, logging_steps=1, report_to="none",
+        output_dir=out, max_steps=total_steps, per_device_train_batch_size=generations, num_generations=generations,
+        max_completion_length=cfg.max_completion_length, generation_kwargs={"min_new_tokens": cfg.max_completion_length},
+        temperature=cfg.temperature, top_k=0, beta=cfg.beta, loss_type=cfg.loss_type, epsilon=cfg.epsilon,
+        epsilon_high=cfg.clip_high, learning_rate=cfg.learning_rate, logging_steps=1, report_to="none",
         save_strategy="no", use_cpu=args.device == "cpu", bf16=mcfg.dtype == "bfloat16", fp16=mcfg.dtype == "float16",
         shuffle_dataset=False, disable_dropout=True, seed=0, model_init_kwargs={"dtype": mcfg.torch_dtype},
         gradient_checkpointing=args.trl_gradient_checkpointing,
@@ -286,6 +326,7 @@ def run_trl(payload: dict[str, Any], mode: str, args: Args) -> dict[str, Any]:
     prompt_tokens = len(trainer.processing_class.apply_chat_template(payload["messages"], add_generation_prompt=True,
                                                                      tokenize=True, return_dict=True)["input_ids"])  # fmt: skip
     trainer.train()
+    scorer.close()
 
     def inside(name: str, window: tuple[float, float]) -> float:
         return sum(e - s for n, s, e in events if n.endswith(name) and s >= window[0] - 1e-6 and e <= window[1] + 1e-6)
@@ -295,12 +336,10 @@ def run_trl(payload: dict[str, Any], mode: str, args: Args) -> dict[str, Any]:
 
     rows = []
     for i, step in enumerate(steps_t):
-        if i < warmup:
+        if i < args.warmup:
             continue
-        prep = windows("_prepare_inputs", step)
-        loss = windows("compute_loss", step)
-        prep_s = sum(e - s for s, e in prep)
-        loss_s = sum(e - s for s, e in loss)
+        prep, loss = windows("_prepare_inputs", step), windows("compute_loss", step)
+        prep_s, loss_s = sum(e - s for s, e in prep), sum(e - s for s, e in loss)
         rows.append({
             "generation": sum(inside("transformers.generate", w) for w in prep),
             "reference": sum(inside("_get_per_token_logps_and_entropies", w) for w in prep),
@@ -309,51 +348,48 @@ def run_trl(payload: dict[str, Any], mode: str, args: Args) -> dict[str, Any]:
             "backward_optimizer": (step[1] - step[0]) - prep_s - loss_s,
             "step": step[1] - step[0],
         })  # fmt: skip
-    return {"prompt_tokens": prompt_tokens, "rows": rows, "peak_rss_gb": _peak_rss_gb(),
-            "peak_gpu_gb": _peak_gpu_gb(args.device), "trl_version": trl.__version__}  # fmt: skip
+    return {"prompt_tokens": prompt_tokens, "rows": rows, "peak_gpu_gb": _peak_gpu_gb(args.device),
+            "trl_version": trl.__version__}  # fmt: skip
 
 
 # --------------------------------------------------------------------------- parent
 
 
-PARTS = ("generation", "reference", "reward", "policy_forward", "backward_optimizer", "step")
+def _load() -> str:
+    """The 1, 5 and 15 minute load averages, as ``uptime`` prints them."""
+    return ", ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
-def _machine(threads: int | None) -> str:
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    import torch
+def run_child(args: Args, trainer: str, mode: str, generations: int, payload_file: Path) -> dict[str, Any]:
+    """Run one configuration in a fresh process; its peak RSS is the child's own (``os.wait4``).
 
-    n = threads or torch.get_num_threads()
-    gpu = f", GPU {torch.cuda.get_device_name(0)}" if torch.cuda.is_available() else ""
-    return f"{cpu}, {os.cpu_count()} logical cores{gpu}, torch {torch.__version__} ({n} threads per process), Python {platform.python_version()}"
-
-
-def _start(args: Args, trainer: str, mode: str, payload_file: Path) -> tuple[subprocess.Popen[str], float, float]:
+    Raises:
+        SystemExit: the child failed (its stderr's tail is shown).
+    """
     cmd = [sys.executable, __file__, "--child", trainer, "--mode", mode, "--payload", str(payload_file),
-           "--steps", str(args.steps), "--warmup", str(args.warmup), "--model", args.model, "--device", args.device,
-           "--load-in-4bit", str(args.load_in_4bit), "--dtype", args.dtype, "--generations", str(args.generations),
-           "--new-tokens", str(args.new_tokens), "--modes", mode,
+           "--generations", str(generations), "--steps", str(args.steps), "--warmup", str(args.warmup),
+           "--model", args.model, "--device", args.device, "--load-in-4bit", str(args.load_in_4bit),
+           "--dtype", args.dtype, "--modes", mode,
            "--trl-gradient-checkpointing", str(args.trl_gradient_checkpointing)]  # fmt: skip
-    if args.threads:
-        cmd += ["--threads", str(args.threads)]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    return proc, os.getloadavg()[0], time.perf_counter()
-
-
-def _finish(run: tuple[subprocess.Popen[str], float, float], trainer: str, mode: str) -> dict[str, Any]:
-    proc, load_before, t0 = run
-    stdout, stderr = proc.communicate()
+    for flag, value in (("--threads", args.threads), ("--new-tokens", args.new_tokens),
+                        ("--micro-batch", args.micro_batch), ("--prompt-chunk", args.prompt_chunk)):  # fmt: skip
+        if value is not None:
+            cmd += [flag, str(value)]
+    load_before = _load()
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        t0 = time.perf_counter()
+        proc = subprocess.Popen(cmd, stdout=out, stderr=err, text=True)
+        _, status, usage = os.wait4(proc.pid, 0)
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        wall = time.perf_counter() - t0
+        out.seek(0)
+        err.seek(0)
+        stdout, stderr = out.read(), err.read()
     if proc.returncode != 0:
-        raise SystemExit(f"{trainer}/{mode} failed:\n{stderr[-3000:]}")
+        raise SystemExit(f"{trainer}/{mode}/G={generations} failed (exit {proc.returncode}):\n{stderr[-3000:]}")
     result = json.loads(stdout.strip().splitlines()[-1])
-    return result | {"trainer": trainer, "mode": mode, "wall_s": time.perf_counter() - t0, "load_before": load_before}
+    return result | {"trainer": trainer, "mode": mode, "generations": generations, "wall_s": wall,
+                     "load_before": load_before, "peak_rss_gb": usage.ru_maxrss / 1024**2}  # fmt: skip
 
 
 def _mean(rows: list[dict[str, float]], key: str) -> float:
@@ -370,7 +406,7 @@ def main() -> None:
         assert args.payload is not None
         payload = json.loads(args.payload.read_text())
         run = run_ours if args.child == "ours" else run_trl
-        print(json.dumps(run(payload, args.mode, args)))
+        print(json.dumps(run(payload, args.mode, args, args.generations[0])))
         return
 
     data = args.data
@@ -378,54 +414,68 @@ def main() -> None:
         from data_pipeline.pipeline import BuildConfig, build_dataset
 
         data = Path(tempfile.mkdtemp(prefix="bench-grpo-")) / "northwind"
-        build_dataset(BuildConfig(db="northwind", out=data, samples_per_path=3))
-    payload = bench_prompt(data)
-    payload_file = Path(tempfile.mkdtemp(prefix="bench-grpo-")) / "payload.json"
-    payload_file.write_text(json.dumps(payload))
-    machine = _machine(args.threads)
-    print(f"machine: {machine}; load average {os.getloadavg()[0]:.1f}; trainers run "
-          f"{'side by side' if args.parallel else 'one after the other'}")
+        build_dataset(BuildConfig(db="northwind", out=data))
+    import torch
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    host = platform.node()
+    print(f"machine: {host}: {machine()}")
+    print(f"load average at start: {_load()}")
     weights = f"NF4 4-bit, compute {args.dtype}" if args.load_in_4bit else args.dtype
-    print(f"setting: {args.model} {weights} on {args.device}, 1 prompt x {args.generations} generations x "
-          f"{args.new_tokens} new tokens, beta {BETA}, loss dapo, temperature {TEMPERATURE}; "
-          f"{args.warmup} warm-up + {args.steps} timed steps each; TRL gradient checkpointing "
-          f"{'on' if args.trl_gradient_checkpointing else 'off'}")  # fmt: skip
     results = []
-    for mode in args.modes:
-        if args.parallel:
-            runs = [(t, _start(args, t, mode, payload_file)) for t in args.trainers]
-            done = [_finish(run, t, mode) for t, run in runs]
-        else:
-            done = [_finish(_start(args, t, mode, payload_file), t, mode) for t in args.trainers]
-        for r in done:
-            results.append(r)
-            trainer = r["trainer"]
-            gpu = f", peak GPU {r['peak_gpu_gb']:.2f} GB" if r.get("peak_gpu_gb") is not None else ""
-            print(f"  {trainer}/{mode}: {_mean(r['rows'], 'step'):.2f} s/step, peak RSS {r['peak_rss_gb']:.2f} GB{gpu}, "
-                  f"prompt {r['prompt_tokens']} tokens, load average before {r['load_before']:.1f}", flush=True)  # fmt: skip
+    tmp = Path(tempfile.mkdtemp(prefix="bench-grpo-"))
+    for setting in args.settings:
+        payload = bench_prompt(data, setting, args.prompt)
+        payload_file = tmp / f"{setting}.json"
+        payload_file.write_text(json.dumps(payload))
+        cfg = setting_config(setting, data, 8)
+        tokens = args.new_tokens or cfg.max_completion_length
+        print(f"\nsetting {setting}: {args.model} {weights} on {args.device}, {args.prompt} training prompt "
+              f"({payload['prompt_tokens']} tokens, sample {payload['sample_id']}), exactly {tokens} new tokens, "
+              f"LoRA on {', '.join(cfg.model.lora_target_modules)}, loss {cfg.loss_type}, beta {cfg.beta}, "
+              f"temperature {cfg.temperature}; {args.warmup} warm-up + {args.steps} timed steps per configuration; "
+              f"TRL gradient checkpointing {'on' if args.trl_gradient_checkpointing else 'off'}", flush=True)  # fmt: skip
+        for g in args.generations:
+            for mode in args.modes:
+                for trainer in args.trainers:
+                    r = run_child(args, trainer, mode, g, payload_file) | {"setting": setting}
+                    results.append(r)
+                    gpu = f", peak GPU {r['peak_gpu_gb']:.2f} GB" if r.get("peak_gpu_gb") is not None else ""
+                    print(f"  {trainer}/{mode}/G={g}: {_mean(r['rows'], 'step'):.2f} s/step, peak RSS "
+                          f"{r['peak_rss_gb']:.2f} GB{gpu}, load before {r['load_before']}", flush=True)  # fmt: skip
 
     on_gpu = args.device == "cuda"
-    header = "| trainer | mode | " + " | ".join(PARTS) + " | peak RSS (GB) |" + (" peak GPU (GB) |" if on_gpu else "")
-    lines = [header, "|" + "---|" * (len(PARTS) + 3 + on_gpu)]
+    print(f"\nmachine: {host}: {machine()}; load average at end: {_load()}")
+    print("seconds per step (mean of the timed steps); peak RSS of each configuration's own process")
+    header = ("| setting | G | trainer | mode | " + " | ".join(PARTS) + " | peak RSS (GB) |"
+              + (" peak GPU (GB) |" if on_gpu else "") + " load before |")  # fmt: skip
+    lines = [header, "|" + "---|" * (len(PARTS) + 6 + on_gpu)]
     for r in results:
         cells = " | ".join(f"{_mean(r['rows'], p):.2f}" for p in PARTS)
         gpu = f" {r['peak_gpu_gb']:.2f} |" if on_gpu else ""
-        lines.append(f"| {r['trainer']} | {r['mode']} | {cells} | {r['peak_rss_gb']:.2f} |{gpu}")
-    print("\nseconds per step (mean of timed steps)")
+        name = r["trainer"] if r["trainer"] == "ours" else f"TRL {r.get('trl_version', '?')}"
+        lines.append(f"| {r['setting']} | {r['generations']} | {name} | {r['mode']} | {cells} | "
+                     f"{r['peak_rss_gb']:.2f} |{gpu} {r['load_before']} |")  # fmt: skip
     print("\n".join(lines))
-    for mode in args.modes:
-        ours = next((r for r in results if r["trainer"] == "ours" and r["mode"] == mode), None)
-        theirs = next((r for r in results if r["trainer"] == "trl" and r["mode"] == mode), None)
-        if ours and theirs:
-            speed = _mean(theirs["rows"], "step") / _mean(ours["rows"], "step")
-            key, what = ("peak_gpu_gb", "peak GPU memory") if on_gpu else ("peak_rss_gb", "peak RSS")
-            mem = theirs[key] / ours[key]
-            print(f"{mode}: ours is {speed:.2f}x faster per step and uses {mem:.2f}x less {what} than TRL "
-                  f"{theirs.get('trl_version', '?')} (ratios above 1 favour ours)")  # fmt: skip
+    key, what = ("peak_gpu_gb", "peak GPU memory") if on_gpu else ("peak_rss_gb", "peak RSS")
+    ratio_lines = []
+    for setting in args.settings:
+        for g in args.generations:
+            for mode in args.modes:
+                pick = {r["trainer"]: r for r in results if (r["setting"], r["generations"], r["mode"]) == (setting, g, mode)}
+                if "ours" in pick and "trl" in pick:
+                    speed = _mean(pick["trl"]["rows"], "step") / _mean(pick["ours"]["rows"], "step")
+                    mem = pick["trl"][key] / pick["ours"][key]
+                    ratio_lines.append(f"| {setting} | {g} | {mode} | {speed:.2f}x | {mem:.2f}x |")
+    if ratio_lines:
+        print(f"\nratios measured in this run (TRL / ours; above 1 favours ours)\n"
+              f"| setting | G | mode | step time | {what} |\n|---|---|---|---|---|")
+        print("\n".join(ratio_lines))
     if args.json_out:
         from core.io import write_json
 
-        write_json(args.json_out, {"machine": machine, "results": results})
+        write_json(args.json_out, {"machine": f"{host}: {machine()}", "load_end": _load(), "results": results})
 
 
 if __name__ == "__main__":

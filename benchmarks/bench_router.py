@@ -10,6 +10,10 @@ tokenizing, running the frozen layers once) and training (epochs, value calibrat
 evaluation). Routing loads the checkpoint with :meth:`router.route.Router.from_pretrained` and
 times ``route(question)`` one question at a time (p50 / p95 over the test questions, after a
 warm-up) and ``route_batch`` on batches of 64 (questions per second, median over rounds).
+Right after each ``route`` call the same question goes through a bare encoder forward (the
+router's own tokenizer and encoder, ``query_prefix`` + question, ``torch.inference_mode``): the
+least any encoder-based router must spend, so ``ratio route/encoder`` (p50 over p50, measured
+under the same load) says what the routing logic costs on top.
 The load average at start is printed with the results: other processes on a 2-core machine
 slow every wall time down; the SFT's process CPU time (user + system, all threads) does not
 depend on them and, with ``--threads 1``, is what the wall time would be on an idle core.
@@ -19,6 +23,7 @@ from __future__ import annotations
 
 import json
 import os
+import platform
 import statistics
 import sys
 import tempfile
@@ -94,18 +99,35 @@ def main() -> dict:
     questions = [s.question for s in ds.split("test") + ds.split("test_heldout")] or [s.question for s in ds.samples]
     for q in questions[:5]:
         router.route(q)
-    lat = []
-    for i in range(args.single_questions):
+    model = router.policy.model
+    tokenizer, encoder, prefix = model.tokenizer, model.encoder, model.config.query_prefix
+
+    def encoder_forward(question: str) -> None:
+        with torch.inference_mode():
+            batch = tokenizer([prefix + question], return_tensors="pt", return_token_type_ids=False)
+            encoder(**batch)
+
+    for q in questions[:5]:
+        encoder_forward(q)
+    lat, enc = [], []
+    for i in range(args.single_questions):  # interleaved, so both see the same load
         q = questions[i % len(questions)]
         t0 = time.perf_counter()
         router.route(q)
-        lat.append(1000 * (time.perf_counter() - t0))
-    lat.sort()
-    results["route_one_ms"] = {
-        "p50": round(statistics.median(lat), 1),
-        "p95": round(lat[min(len(lat) - 1, int(0.95 * len(lat)))], 1),
-        "n": len(lat),
-    }
+        t1 = time.perf_counter()
+        encoder_forward(q)
+        lat.append(1000 * (t1 - t0))
+        enc.append(1000 * (time.perf_counter() - t1))
+
+    def pct(xs: list[float]) -> dict[str, float]:
+        xs = sorted(xs)
+        return {"p50": round(statistics.median(xs), 2), "p95": round(xs[min(len(xs) - 1, int(0.95 * len(xs)))], 2),
+                "n": len(xs)}  # fmt: skip
+
+    results["route_one_ms"] = pct(lat)
+    results["encoder_one_ms"] = pct(enc)
+    results["ratio_route_encoder"] = round(results["route_one_ms"]["p50"] / results["encoder_one_ms"]["p50"], 2)
+    results["ratio_p95_p50"] = round(results["route_one_ms"]["p95"] / results["route_one_ms"]["p50"], 2)
     rates = []
     for r in range(args.batch_rounds):
         batch = [questions[(r * 64 + i) % len(questions)] for i in range(64)]
@@ -116,7 +138,9 @@ def main() -> dict:
     if tmp is not None:
         tmp.cleanup()
 
-    print(f"machine: {results['machine']} (1-min load average at start: {results['load_average_1min_at_start']})")
+    results["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
+    print(f"machine: {platform.node()}: {results['machine']} (1-min load average at start: "
+          f"{results['load_average_1min_at_start']}, at end: {results['load_average_at_end'][0]})")
     print("| measure | value |\n|---|---|")
     if "sft" in results:
         s = results["sft"]
@@ -126,6 +150,10 @@ def main() -> dict:
         print(f"| full-path accuracy after SFT | {s['full_path_acc']} |")
     print(f"| router load | {results['load_s']} s |")
     print(f"| route one question, p50 / p95 | {results['route_one_ms']['p50']} / {results['route_one_ms']['p95']} ms |")
+    print(f"| bare encoder forward of the same question, p50 / p95 | {results['encoder_one_ms']['p50']} / "
+          f"{results['encoder_one_ms']['p95']} ms |")
+    print(f"| ratio route/encoder | {results['ratio_route_encoder']:.2f}x |")
+    print(f"| ratio route p95/p50 | {results['ratio_p95_p50']:.2f}x |")
     print(f"| route_batch(64) throughput | {results['batch64_questions_per_s']} questions/s |")
     if args.out is not None:
         from core.io import write_json
