@@ -153,7 +153,8 @@ def resolve_database(db: str | Path) -> Path:
             f"database file not found; give a SQLite file or a sample name ({', '.join(SAMPLE_NAMES)}){hint}", where=path
         )
     if not path.is_file():
-        raise SchemaError("not a SQLite database (it is a folder)", where=path)
+        kind = "a folder" if path.is_dir() else "not a regular file (a device, a pipe or a socket)"
+        raise SchemaError(f"not a SQLite database (it is {kind})", where=path)
     with path.open("rb") as fh:
         if fh.read(len(SQLITE_MAGIC)) != SQLITE_MAGIC:
             raise SchemaError("not a SQLite database (bad header)", where=path)

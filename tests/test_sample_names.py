@@ -79,3 +79,10 @@ def test_help_states_the_rule(module: str, capsys) -> None:
         importlib.import_module(module).main(["--help"])
     text = " ".join(capsys.readouterr().out.replace("│", " ").split())
     assert "a bare sample name is the sample" in text.lower() and "./chinook" in text
+
+
+@pytest.mark.skipif(not Path("/dev/null").exists(), reason="needs /dev/null")
+def test_a_device_is_not_called_a_folder() -> None:
+    """``--db /dev/zero`` said "it is a folder"."""
+    with pytest.raises(SchemaError, match=r"/dev/null: not a SQLite database \(it is not a regular file"):
+        resolve_database("/dev/null")
