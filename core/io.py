@@ -186,17 +186,26 @@ _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 
 
 def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
-    """Read a JSONL file; blank lines are skipped.
+    """Read a JSONL file; blank lines are skipped (:func:`read_jsonl_lines` keeps each object's line number).
 
     Raises:
         DataError: naming the file and line of the first line that is not UTF-8 or not a JSON
             object (nested too deep included), that holds a lone surrogate escape (``"\\ud800"``:
             a string no encoder, tokenizer or database takes), or when the file does not exist.
     """
+    return [obj for _, obj in read_jsonl_lines(path)]
+
+
+def read_jsonl_lines(path: str | Path) -> list[tuple[int, dict[str, Any]]]:
+    """:func:`read_jsonl` with the 1-based line number of each object (blank lines hold none).
+
+    Raises:
+        DataError: as :func:`read_jsonl`.
+    """
     path = Path(path)
     if not path.is_file():
         raise DataError("file not found", where=path)
-    out: list[dict[str, Any]] = []
+    out: list[tuple[int, dict[str, Any]]] = []
     with path.open("rb") as fh:
         for lineno, raw in enumerate(fh, 1):
             try:
@@ -218,5 +227,5 @@ def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
                     json.dumps(obj, ensure_ascii=False).encode("utf-8")
                 except UnicodeEncodeError as exc:
                     raise DataError(f"not valid Unicode text (a lone surrogate {exc.object[exc.start]!r})", where=path, line=lineno) from exc
-            out.append(obj)
+            out.append((lineno, obj))
     return out

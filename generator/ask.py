@@ -37,7 +37,7 @@ from data_pipeline.backends.sqlite import ExecutionResult, SQLiteExecutor
 from core.cli import parse, run_main
 from core.errors import CheckpointError, ConfigError, DataError, SchemaError
 from core.graph import JoinPath
-from core.io import ensure_writable_dir, read_jsonl, write_jsonl
+from core.io import ensure_writable_dir, read_jsonl_lines, write_jsonl
 from generator.consistency import vote
 from generator.constrained import JoinSkeletonProcessor
 from generator.generate import GENERATOR_META, generate_answers, load_policy, prompt_token_ids, trained_prompt
@@ -330,10 +330,11 @@ def main(argv: Sequence[str] | None = None) -> list[Answer]:
         ensure_writable_dir(cfg.out.parent)
     records: list[dict[str, Any]] = []
     if cfg.file is not None:
-        records = list(read_jsonl(cfg.file))
-        for line, rec in enumerate(records, 1):
+        numbered = read_jsonl_lines(cfg.file)
+        for line, rec in numbered:  # the file's own line numbers: blank lines are skipped, not counted out
             if not isinstance(rec, dict) or not isinstance(rec.get("question"), str) or not rec["question"].strip():
                 raise DataError("record needs a non-empty string field 'question'", where=cfg.file, line=line)
+        records = [rec for _, rec in numbered]
     questions = [r["question"] for r in records] if records else list(cfg.questions)
     try:
         pipe = AskPipeline.from_pretrained(cfg.router, cfg.generator, cfg.db, constrained=cfg.constrained,

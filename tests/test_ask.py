@@ -179,3 +179,13 @@ def test_bad_input_on_the_command_line_is_one_line_exit_2(chain: dict[str, Path]
         assert r.returncode == 2, (argv, r.stderr[-1500:])
         lines = [ln for ln in r.stderr.strip().splitlines() if ln.strip()]
         assert len(lines) == 1 and needle in lines[0], (argv, r.stderr[-1500:])
+
+
+def test_a_bad_record_after_a_blank_line_names_its_own_line(tmp_path: Path) -> None:
+    """Blank lines are skipped; the line named was the record's count (2), not its line (3)."""
+    from core.errors import DataError
+
+    f = tmp_path / "q.jsonl"
+    f.write_text('{"question": "which customers?"}\n\n{"question": 5}\n', encoding="utf-8")
+    with pytest.raises(DataError, match=r"q\.jsonl:3: record needs a non-empty string field 'question'"):
+        ask_main(["--router", str(tmp_path / "r"), "--generator", str(tmp_path / "g"), "--file", str(f), "--out", str(tmp_path / "o.jsonl")])
