@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import sqlite3
+import urllib.parse
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -235,9 +236,15 @@ def _open_sqlite(path: Path) -> sqlite3.Connection:
     if not path.is_file():
         raise SchemaError("database file not found", where=path)
     with path.open("rb") as fh:
-        if fh.read(16) != b"SQLite format 3\x00":
-            raise SchemaError("not a SQLite database (bad header)", where=path)
-    conn = sqlite3.connect(f"file:{path.resolve()}?mode=ro", uri=True)
+        header = fh.read(20)
+    if header[:16] != b"SQLite format 3\x00":
+        raise SchemaError("not a SQLite database (bad header)", where=path)
+    # the path quoted: a "?", "#" or "%" in a file name would otherwise end it and start URI parameters;
+    # a WAL-mode file no connection has open is read immutable, leaving no -wal/-shm beside it
+    # (as data_pipeline.backends.sqlite.connect_readonly)
+    uri = "file:" + urllib.parse.quote(str(path.resolve())) + "?mode=ro"
+    idle_wal = header[18:20] == b"\x02\x02" and not any(Path(f"{path}{x}").exists() for x in ("-wal", "-shm"))
+    conn = sqlite3.connect(uri + ("&immutable=1" if idle_wal else ""), uri=True)
     conn.execute("PRAGMA query_only = ON")
     conn.text_factory = decode_text
     return conn
