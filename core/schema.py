@@ -11,13 +11,13 @@ from __future__ import annotations
 import hashlib
 import json
 import sqlite3
-import urllib.parse
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from core.errors import DataError, SchemaError
+from core.sqlite import connect_readonly
 
 SAMPLE_VALUES_PER_COLUMN = 5
 
@@ -239,13 +239,7 @@ def _open_sqlite(path: Path) -> sqlite3.Connection:
         header = fh.read(20)
     if header[:16] != b"SQLite format 3\x00":
         raise SchemaError("not a SQLite database (bad header)", where=path)
-    # the path quoted: a "?", "#" or "%" in a file name would otherwise end it and start URI parameters;
-    # a WAL-mode file no connection has open is read immutable, leaving no -wal/-shm beside it
-    # (as data_pipeline.backends.sqlite.connect_readonly)
-    uri = "file:" + urllib.parse.quote(str(path.resolve())) + "?mode=ro"
-    idle_wal = header[18:20] == b"\x02\x02" and not any(Path(f"{path}{x}").exists() for x in ("-wal", "-shm"))
-    conn = sqlite3.connect(uri + ("&immutable=1" if idle_wal else ""), uri=True)
-    conn.execute("PRAGMA query_only = ON")
+    conn = connect_readonly(path)
     conn.text_factory = decode_text
     return conn
 

@@ -52,6 +52,7 @@ from typing import Any
 
 from data_pipeline.datasets import resolve_database
 from core.errors import ConfigError, SchemaError
+from core.sqlite import connect_readonly
 from core.io import ensure_writable_dir
 from core.schema import humanize, quote_ident
 from data_pipeline.templates import singular
@@ -830,7 +831,7 @@ def synthesize_rows(
     os.close(fd)
     tmp = Path(tmp_name)
     try:
-        source = sqlite3.connect(f"file:{src}?mode=ro", uri=True)
+        source = connect_readonly(src)
         target = sqlite3.connect(tmp)
         try:
             try:

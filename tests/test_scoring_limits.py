@@ -12,7 +12,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from data_pipeline.backends.sqlite import SQLiteExecutor, connect_readonly, execute_readonly, wal_is_idle
+from core.sqlite import wal_is_idle
+from data_pipeline.backends.sqlite import SQLiteExecutor, connect_readonly, execute_readonly
 from rewards.pool import WorkerPool
 from rewards.sql import SQLRewardConfig, sql_reward_components
 from rewards.sql_execution import ExecutionScorer

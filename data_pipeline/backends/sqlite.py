@@ -42,7 +42,6 @@ import re
 import sqlite3
 import threading
 import time
-import urllib.parse
 from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
@@ -54,6 +53,8 @@ from sqlglot.errors import ParseError, TokenError
 from sqlglot.tokens import TokenType
 
 from core.errors import ConfigError, QueryRejected, SchemaError
+from core.sqlite import connect_readonly as _connect_readonly
+from core.sqlite import wal_is_idle
 
 PROGRESS_STEPS = 1000
 """SQLite VM instructions between two deadline checks (a few microseconds of work each)."""
@@ -100,63 +101,14 @@ _SQLITE = Dialect.get_or_raise("sqlite")
 _ALLOWED_ACTIONS = frozenset({sqlite3.SQLITE_SELECT, sqlite3.SQLITE_READ, sqlite3.SQLITE_RECURSIVE})
 
 
-def _is_wal_file(path: Path) -> bool:
-    """True when the header of ``path`` says WAL mode (file format bytes 18 and 19 are 2)."""
-    try:
-        with path.open("rb") as fh:
-            header = fh.read(20)
-    except OSError:
-        return False
-    return len(header) == 20 and header[:16] == b"SQLite format 3\x00" and header[18] == 2 and header[19] == 2
-
-
-def wal_is_idle(path: str | Path) -> bool:
-    """True when ``path`` is a WAL-mode database that no connection has open (no ``-wal``/``-shm``).
-
-    Such a file can be read with ``immutable=1`` without creating the ``-wal``/``-shm`` files that a
-    ``mode=ro`` open of a WAL database leaves beside it.
-    """
-    path = Path(path)
-    return (
-        _is_wal_file(path)
-        and not Path(str(path) + "-wal").exists()
-        and not Path(str(path) + "-shm").exists()
-    )
-
-
 def connect_readonly(path: str | Path, *, check_same_thread: bool = True) -> sqlite3.Connection:
-    """Open an existing SQLite file read-only (URI ``mode=ro`` plus ``PRAGMA query_only=ON``).
-
-    A WAL-mode file that no connection has open is opened with ``immutable=1`` as well, so no
-    ``-wal``/``-shm`` file appears beside it (module docstring).
-
-    Args:
-        path: the database file; it is never created.
-        check_same_thread: passed to :func:`sqlite3.connect`; ``False`` lets another thread use
-            the connection (then the caller must serialise access).
+    """:func:`core.sqlite.connect_readonly` with this executor's limits on value and LIKE-pattern length.
 
     Raises:
         SchemaError: naming the file when it does not exist, is a directory, or is not a SQLite
             database.
     """
-    path = Path(path).expanduser()
-    if not path.exists():
-        raise SchemaError("database file not found", where=path)
-    if not path.is_file():
-        raise SchemaError("not a file (a SQLite database file is needed)", where=path)
-    uri = "file:" + urllib.parse.quote(str(path.resolve())) + "?mode=ro"
-    if wal_is_idle(path):
-        uri += "&immutable=1"
-    try:
-        conn = sqlite3.connect(uri, uri=True, timeout=1.0, check_same_thread=check_same_thread)
-    except sqlite3.Error as exc:
-        raise SchemaError(f"cannot open the database: {exc}", where=path) from exc
-    try:
-        conn.execute("PRAGMA query_only = ON")
-        conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
-    except sqlite3.DatabaseError as exc:
-        conn.close()
-        raise SchemaError(f"not a SQLite database ({exc})", where=path) from exc
+    conn = _connect_readonly(path, check_same_thread=check_same_thread)
     conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, MAX_VALUE_BYTES)
     conn.setlimit(sqlite3.SQLITE_LIMIT_LIKE_PATTERN_LENGTH, LIKE_PATTERN_CHARS)
     return conn

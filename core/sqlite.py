@@ -1,0 +1,79 @@
+"""The one way this project opens a SQLite file read-only.
+
+``file:`` URI with the path percent-quoted (a ``?``, ``#`` or ``%`` in a file name would otherwise
+end the path and start URI parameters), ``mode=ro`` so the file is never created or written, and
+``PRAGMA query_only``. A WAL-mode file that no connection has open (no ``-wal`` / ``-shm`` beside
+it) is opened ``immutable=1`` as well, because a ``mode=ro`` open of a WAL database creates those
+two files. The executor in ``data_pipeline.backends.sqlite`` adds its statement gate, authorizer,
+limits and timeout on top of this connection.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import urllib.parse
+from pathlib import Path
+
+from core.errors import SchemaError
+
+
+def is_wal_file(path: str | Path) -> bool:
+    """True when the header of ``path`` says WAL mode (file format bytes 18 and 19 are 2)."""
+    try:
+        with Path(path).open("rb") as fh:
+            header = fh.read(20)
+    except OSError:
+        return False
+    return len(header) == 20 and header[:16] == b"SQLite format 3\x00" and header[18] == 2 and header[19] == 2
+
+
+def wal_is_idle(path: str | Path) -> bool:
+    """True when ``path`` is a WAL-mode database that no connection has open (no ``-wal``/``-shm``).
+
+    Such a file can be read with ``immutable=1`` without creating the ``-wal``/``-shm`` files that a
+    ``mode=ro`` open of a WAL database leaves beside it.
+    """
+    path = Path(path)
+    return is_wal_file(path) and not Path(f"{path}-wal").exists() and not Path(f"{path}-shm").exists()
+
+
+def readonly_uri(path: str | Path) -> str:
+    """The ``file:`` URI that opens ``path`` read-only (``immutable=1`` added for an idle WAL file).
+
+    >>> readonly_uri("/tmp/50%#1.sqlite")
+    'file:/tmp/50%25%231.sqlite?mode=ro'
+    """
+    path = Path(path)
+    uri = "file:" + urllib.parse.quote(str(path.resolve())) + "?mode=ro"
+    return uri + "&immutable=1" if wal_is_idle(path) else uri
+
+
+def connect_readonly(path: str | Path, *, check_same_thread: bool = True, timeout: float = 1.0) -> sqlite3.Connection:
+    """Open an existing SQLite file read-only (URI ``mode=ro`` plus ``PRAGMA query_only=ON``).
+
+    Args:
+        path: the database file; it is never created.
+        check_same_thread: passed to :func:`sqlite3.connect`; ``False`` lets another thread use
+            the connection (then the caller must serialise access).
+        timeout: seconds :func:`sqlite3.connect` waits for a lock.
+
+    Raises:
+        SchemaError: naming the file when it does not exist, is not a regular file, cannot be
+            opened, or is not a SQLite database.
+    """
+    path = Path(path).expanduser()
+    if not path.exists():
+        raise SchemaError("database file not found", where=path)
+    if not path.is_file():
+        raise SchemaError("not a file (a SQLite database file is needed)", where=path)
+    try:
+        conn = sqlite3.connect(readonly_uri(path), uri=True, timeout=timeout, check_same_thread=check_same_thread)
+    except sqlite3.Error as exc:
+        raise SchemaError(f"cannot open the database: {exc}", where=path) from exc
+    try:
+        conn.execute("PRAGMA query_only = ON")
+        conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+    except sqlite3.DatabaseError as exc:
+        conn.close()
+        raise SchemaError(f"not a SQLite database ({exc})", where=path) from exc
+    return conn
