@@ -11,7 +11,7 @@ flags read ``--lora-r``, ``--load-in-4bit``, ``--execution-weight``, ``--timeout
 from __future__ import annotations
 
 import warnings
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -226,6 +226,8 @@ class GRPOConfig:
 
     def __post_init__(self) -> None:
         _check_prompt(self.k_examples, self.max_prompt_tokens, self.schema_detail)
+        if not self.with_reasoning:  # answers without a reasoning block are the asked-for format
+            self.reward = replace(self.reward, require_reasoning=False)
         if self.num_generations < 2:
             raise ConfigError(f"must be >= 2 (advantages compare completions of a group), got {self.num_generations}",
                               where="--num-generations")  # fmt: skip
@@ -360,6 +362,8 @@ class GenerateConfig:
         if self.no_path and self.router is not None:
             raise ConfigError(f"--no-path conflicts with --router {self.router}", where="--no-path")
         _check_prompt(self.k_examples, self.max_prompt_tokens, self.schema_detail)
+        if not self.with_reasoning:
+            self.reward = replace(self.reward, require_reasoning=False)
         _positive(self.max_new_tokens, "--max-new-tokens")
         _positive(self.batch_size, "--batch-size")
         if self.temperature < 0:

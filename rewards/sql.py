@@ -90,7 +90,7 @@ class SQLRewardConfig:
     ngram_n: int = 2
     """n of the n-gram reward (2: bigrams)."""
     require_reasoning: bool = True
-    """The format needs a <reasoning> block before <answer> (False for prompts built with with_reasoning=False)."""
+    """The format needs a <reasoning> block before <answer>; the generator commands set it to False when their prompts ask for SQL only (--no-with-reasoning)."""
     timeout_s: float = 5.0
     """Seconds each query may run before SQLite aborts it; a timed-out query scores 0."""
     max_rows: int = 10_000
