@@ -73,6 +73,10 @@ def command_line_error(box: str, prog: str) -> str:
     >>> print(command_line_error(box, "python -m x"))
     error: unrecognized option --bogus; missing --data
     see python -m x --help
+    >>> box = "│ Unrecognized options: --topk, 3 │\n│ Perhaps you meant: │\n│     --top-k INT │\n│  (default: 3) │"
+    >>> print(command_line_error(box, "p"))
+    error: unrecognized option --topk (did you mean --top-k?)
+    see p --help
     >>> print(command_line_error("│ Error parsing --epochs: invalid literal for int() with base 10: 'abc' │", "p"))
     error: --epochs: invalid literal for int() with base 10: 'abc'
     see p --help
@@ -84,11 +88,15 @@ def command_line_error(box: str, prog: str) -> str:
     parsing = next((ln for ln in lines if ln.startswith("Error parsing ")), None)
     if parsing is not None:
         return f"error: {parsing.removeprefix('Error parsing ')}\nsee {prog} --help"
-    section, missing, wrong, other = "", [], [], []
+    section, missing, wrong, similar, other = "", [], [], [], []
     for ln in lines:
         low = ln.lower()
         if low.startswith("unrecognized option"):
             section = "unknown"
+            _, _, typed = ln.partition(":")
+            wrong += [w.strip() for w in typed.split(",") if w.strip().startswith("-")]
+        elif low.startswith("perhaps you meant"):
+            section = "similar"
         elif low.startswith("missing"):
             section = "missing"
         elif low.startswith(("for full helptext", "argument helptext")) or "--help" in low:
@@ -98,11 +106,16 @@ def command_line_error(box: str, prog: str) -> str:
                 missing.append(ln.split()[0])
             elif section == "unknown":
                 wrong.append(ln.split()[0])
+            elif section == "similar":
+                similar.append(ln.split()[0])
         elif section == "" and not low.startswith(("usage", "parsing error", "value error")):
             other.append(ln)
     parts = []
     if wrong:
+        wrong = list(dict.fromkeys(wrong))
         parts.append(("unrecognized option " if len(wrong) == 1 else "unrecognized options ") + ", ".join(wrong))
+        if similar:
+            parts[-1] += " (did you mean " + " or ".join(dict.fromkeys(similar)) + "?)"
     if missing:
         parts.append("missing " + ", ".join(dict.fromkeys(missing)))
     if not parts:

@@ -69,7 +69,7 @@ class ABConfig:
     out: str = "runs/ab"
     """Folder for ab_results.json, report.md, the plots and failures.csv."""
     split: str = "test"
-    """Split to evaluate on (test, test_heldout, validation, train)."""
+    """Split to evaluate on: test, test_heldout, validation, train, or human (the human-written questions of the data set)."""
     sft_router: str | None = None
     """Router folder from python -m router.train_sft (method sft)."""
     ppo_router: str | None = None

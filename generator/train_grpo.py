@@ -28,7 +28,7 @@ GRPO on execution rewards (DAPO variant by default), one loop you can read top t
    save ``OUT/final`` and plot ``OUT/reward_curves.png``.
 
 Before step 1 a smoke test (:mod:`generator.smoke`) generates for ~10 random training samples
-and refuses to start when none earns execution reward (seed 000, pitfall 1).
+and refuses to start when none earns execution reward (GRPO cannot learn from groups that all score 0).
 
 Several processes: ``accelerate launch --multi_gpu --num_processes 2 -m generator.train_grpo ...``
 (on CPU-only machines accelerate needs ``--multi_gpu`` to start more than one process; the

@@ -9,7 +9,7 @@ never computed. LoRA by default, AdamW with linear warm-up then cosine decay, a 
 and the result saved with :func:`generator.generate.save_generator` (adapter, tokenizer,
 ``route2sql_generator.json``) in one rename.
 
-SPEC section 6: a base SmolLM2-135M never wrote the answer tags with a plain instruction; this
+Why: a base SmolLM2-135M never wrote the answer tags with a plain instruction; this
 warm start (or few-shot prompts) is what makes the execution reward non-zero before GRPO.
 """
 

@@ -179,9 +179,7 @@ class EvalConfig:
     splits: tuple[str, ...] = ("test", "test_heldout", "human")
     """Splits scored, each on its own; a+b scores splits a and b together as one group; human is the human-written set (when the data set has one)."""
     exclude: tuple[Path, ...] = ()
-    """Data set folders whose questions are not scored: a sample of ``--data`` is dropped when one of
-    theirs has the same :func:`seed_key` (e.g. the router's training data, for ``--data`` built with
-    another ``--seed``)."""
+    """Data set folders whose questions are not scored: a question of --data is dropped when one of theirs has the same template, path and values (e.g. the router's training data, for --data built with another --seed)."""
     failures: bool = False
     """Also print every wrongly routed question with its gold and predicted path."""
     retarget: bool = False

@@ -1,4 +1,4 @@
-"""Supervised fine-tuning of the router (phase 1 of seed 002): ``python -m router.train_sft --data DIR --out DIR``.
+"""Supervised fine-tuning of the router (the first training phase; PPO is the second): ``python -m router.train_sft --data DIR --out DIR``.
 
 Loss per batch, with each head's cross-entropy taken under its legality mask and the gold
 prefix (teacher forcing; the three terms sum to the path's negative log-likelihood, see
@@ -82,8 +82,7 @@ class SFTConfig:
     """Options of ``python -m router.train_sft`` (defaults fit Northwind in a few minutes on 2 CPU cores)."""
 
     data: Path
-    """Data set folder written by ``python -m data_pipeline.build`` (schema.json + samples.jsonl), or a
-    folder of such folders (one router on all their schemas, e.g. ``python -m evaluation.spider_data --out``)."""
+    """Data set folder written by python -m data_pipeline.build (schema.json + samples.jsonl), or a folder of such folders (one router on all their schemas, e.g. the --out of python -m evaluation.spider_data)."""
     out: Path
     """Checkpoint folder to write (replaced atomically at the end)."""
     encoder: str = DEFAULT_ENCODER
