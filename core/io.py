@@ -160,6 +160,10 @@ def atomic_directory(path: str | Path) -> Iterator[Path]:
     tmp.chmod(0o777 & ~_umask())  # mkdtemp makes 0700; a finished directory gets the usual mode
     try:
         yield tmp
+        file_mode = 0o666 & ~_umask()
+        for f in tmp.rglob("*"):  # writers that go through mkstemp (safetensors) leave 0600
+            if f.is_file() and not f.is_symlink() and f.stat().st_mode & 0o777 == 0o600:
+                f.chmod(file_mode)
         old = None
         if path.exists():
             old = path.with_name(f".{path.name}.old-{os.getpid()}")

@@ -48,3 +48,17 @@ def test_not_a_database_is_one_error_naming_the_file(tmp_path: Path) -> None:
     assert "notes.sqlite" in str(info.value)
     with pytest.raises(SchemaError, match="not a file"):
         connect_readonly(tmp_path)
+
+
+def test_a_saved_folder_has_the_usual_file_modes(tmp_path: Path) -> None:
+    import os
+
+    from core.io import atomic_directory
+
+    with atomic_directory(tmp_path / "ckpt") as tmp:
+        fd = os.open(tmp / "model.safetensors", os.O_CREAT | os.O_WRONLY, 0o600)
+        os.close(fd)
+        (tmp / "config.json").write_text("{}")
+    mask = os.umask(0)
+    os.umask(mask)
+    assert (tmp_path / "ckpt" / "model.safetensors").stat().st_mode & 0o777 == 0o666 & ~mask
