@@ -237,6 +237,10 @@ class Router:
             target = load_schema(schema, descriptions)
             if max_hops is None:
                 max_hops = _data_set_hops(Path(schema))
+            if descriptions is None and not checkpoint.multi and target.fingerprint() == checkpoint.schema_fingerprint:
+                # the database it was trained on, read again without the descriptions, synonyms and
+                # Chinese names its data set had: route with those (the table texts it learned), on this file
+                target = replace(checkpoint.snapshot(ckpt_dir).schema, source=target.source)
         graph, known = checkpoint.bind(target, retarget=retarget, max_hops=max_hops, where=ckpt_dir)
         values = values if values is not None else _values_for(ckpt_dir, schema, graph.schema, checkpoint)
         return cls(RouterPolicy(model, PathSpace(graph, values)), checkpoint, retargeted=not known)

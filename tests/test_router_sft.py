@@ -343,3 +343,20 @@ def test_a_folder_without_data_sets_is_named(tmp_path: Path) -> None:
     (tmp_path / "empty").mkdir()
     with pytest.raises(DataError, match=r"empty: not a data set folder \(no schema.json\) and no data set folders"):
         train(tiny_config(tmp_path / "empty", tmp_path / "ckpt"))
+
+
+def test_routing_on_the_training_database_file_keeps_the_data_sets_descriptions(trained: SFTResult, shop: dict[str, Path],
+                                                                              tmp_path: Path) -> None:
+    """--db / a SQLite file of the same shape routes with the table texts the router learned, not bare names."""
+    import shutil
+
+    ckpt = Path(shutil.copytree(trained.out, tmp_path / "ckpt"))
+    snap = json.loads((ckpt / "schema.json").read_text())
+    products = next(t for t in snap["tables"] if t["name"] == "products")
+    products["description"] = "things the shop sells (goods, items)"
+    (ckpt / "schema.json").write_text(json.dumps(snap))
+    on_file = Router.from_pretrained(ckpt, shop["db"])
+    assert on_file.graph.schema.table("products").description == "things the shop sells (goods, items)"
+    assert Path(on_file.graph.schema.source) == Path(shop["db"]).resolve() or on_file.graph.schema.source == str(shop["db"])
+    questions = [q for q, _ in LABELLED]
+    assert [r.path for r in on_file.route_batch(questions)] == [r.path for r in Router.from_pretrained(ckpt).route_batch(questions)]
