@@ -560,7 +560,8 @@ def train(cfg: PPOConfig) -> PPOResult:
     out = router.save_pretrained(cfg.out, metadata, files={"eval.json": metrics | {"summary": summary}})
     write_jsonl(out / "metrics.jsonl", history)
     write_json(log_dir / "eval.json", metrics | {"summary": summary})
-    plot_ppo_curve(history, log_dir / "training_curve.png", cfg.target_kl, title=f"router PPO on {ds.schema.name} ({cfg.preset})")
+    plot_ppo_curve(history, log_dir / "training_curve.png", cfg.target_kl,
+                   title=f"router PPO on {ds.schema.name} ({cfg.preset}; validation n={len(val_samples)})")
     return PPOResult(out, metrics | {"summary": summary}, history, cfg.total_updates, time.perf_counter() - t0)
 
 
