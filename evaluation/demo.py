@@ -22,6 +22,7 @@ wall times are in the options below and docs/results/e2e.md.
 from __future__ import annotations
 
 import json
+import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -100,6 +101,7 @@ def run_demo(cfg: DemoConfig) -> dict:
     data, sft, ppo = out / "data", out / "router_sft", out / "router_ppo"
     gen_sft, gen_grpo, final = out / "gen_sft", out / "gen_grpo", out / "generator"
     threads = ["--threads", str(cfg.threads)] if cfg.threads else []
+    quiet = [] if sys.stderr.isatty() else ["--no-progress"]  # progress bars (rate, ETA) on a terminal, none in a log file
     timings: dict[str, float] = {}
 
     def step(name: str, fn, argv: list[str]) -> None:  # noqa: ANN001 - each module's main(argv)
@@ -114,13 +116,13 @@ def run_demo(cfg: DemoConfig) -> dict:
         build_args += ["--descriptions", cfg.descriptions]
     step("build data", build.main, build_args)
     step("router SFT", train_sft.main, ["--data", str(data), "--out", str(sft), "--encoder", cfg.encoder,
-                                         "--epochs", str(cfg.sft_epochs), "--seed", str(cfg.seed), "--no-progress",
+                                         "--epochs", str(cfg.sft_epochs), "--seed", str(cfg.seed), *quiet,
                                          *threads])  # fmt: skip
     methods, routers = ["retrieval", "sft"], ["--sft-router", str(sft)]
     if cfg.ppo_updates > 0:
         step("router PPO", train_ppo.main, ["--init", str(sft), "--data", str(data), "--out", str(ppo),
                                              "--total-updates", str(cfg.ppo_updates), "--seed", str(cfg.seed),
-                                             "--no-progress", *threads])  # fmt: skip
+                                             *quiet, *threads])  # fmt: skip
         methods.append("ppo")
         routers += ["--ppo-router", str(ppo)]
     generators: list[str] = []
@@ -136,7 +138,7 @@ def run_demo(cfg: DemoConfig) -> dict:
                                                        "--batch-size", str(cfg.gen_batch_size), "--learning-rate", "1e-3",
                                                        "--lora-target-modules", "q_proj", "k_proj", "v_proj", "o_proj",
                                                        "gate_proj", "up_proj", "down_proj",
-                                                       "--seed", str(cfg.seed), "--no-progress", *tthreads])  # fmt: skip
+                                                       "--seed", str(cfg.seed), *quiet, *tthreads])  # fmt: skip
             generators.append(f"sft={gen_sft}")
             grpo_ok = False
             if cfg.grpo_steps > 0:
@@ -148,7 +150,7 @@ def run_demo(cfg: DemoConfig) -> dict:
                                                          "--loss-type", "dapo", "--beta", "0.01", "--learning-rate", "5e-5",
                                                          "--dynamic-sampling-signal", "execution", "--smoke-samples", "6",
                                                          "--save-steps", str(cfg.grpo_steps), "--seed", str(cfg.seed),
-                                                         "--no-progress", *tthreads])  # fmt: skip
+                                                         *quiet, *tthreads])  # fmt: skip
                     grpo_ok = True
                 except Route2SQLError as exc:  # the smoke test refused: too short a warm start for this database
                     print(f"=== generator GRPO skipped: {exc}", flush=True)
@@ -164,7 +166,7 @@ def run_demo(cfg: DemoConfig) -> dict:
         ab_args = ["--data", str(data), "--out", str(report), "--split", split, *routers, "--encoder", cfg.encoder,
                    "--methods", *methods, "--max-samples", str(cfg.eval_samples if split == "test" else 0),
                    "--generation-samples", str(n_gen), "--max-new-tokens", str(cfg.max_new_tokens),
-                   "--constrained", "--seed", str(cfg.seed), "--no-progress"]  # fmt: skip
+                   "--constrained", "--seed", str(cfg.seed), *quiet]  # fmt: skip
         if generators:
             ab_args += ["--generators", *generators, "--conditions", "routed", "gold"]
         else:

@@ -41,7 +41,7 @@ class RewardConfig:
     via_weight: float = 0.1
     """Paid for a correct via when the anchor is also correct (null via)."""
     via_nonnull_multiplier: float = 10.0
-    """A correct *non-null* via pays via_weight times this (10x by default: 80% of via labels are null, so a router that always says null would score high)."""
+    """A correct *non-null* via pays via_weight times this (10x by default: most via labels are null, 40-80% depending on the database, so a router that always says null would score high)."""
     target_weight: float = 0.5
     """Paid when the predicted target equals the gold target."""
     illegal_penalty: float = -1.0

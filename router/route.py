@@ -447,9 +447,9 @@ def _print_routes(routes: Sequence[RoutedPath], graph: SchemaGraph) -> None:
             table.add_row(str(i), p.anchor, p.via_key, p.target, f"{q:.3f}")
         console.print(table)
         if r.uncertain:
-            console.print(f"[bold yellow]uncertain:[/bold yellow] confidence {r.confidence:.2f}; check the alternatives above")
+            console.print(f"[bold yellow]uncertain:[/bold yellow] confidence {r.confidence:.2f} (calibrated; p(path) above is the raw model probability); check the alternatives above")
         else:
-            console.print(f"confidence {r.confidence:.2f}")
+            console.print(f"confidence {r.confidence:.2f} (calibrated; p(path) above is the raw model probability)")
         if r.values:
             linked = ", ".join(f"{v['table']}.{v['column']} = {v['value']!r} ({v['score']:.2f})" for v in r.values[:3])
             console.print(f"[bold]values:[/bold] {escape(linked)}")
