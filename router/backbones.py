@@ -113,6 +113,21 @@ class EncoderSpec:
 # --------------------------------------------------------------------------- public verbs
 
 
+
+@contextlib.contextmanager
+def quiet_loading() -> Iterator[None]:
+    """No "Loading weights" progress bar from transformers inside the block (a router's encoder
+    loads in about a second; the bar only pushed errors and results off a one-line output)."""
+    from transformers.utils import logging as hf_logging
+
+    shown = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if shown:
+            hf_logging.enable_progress_bar()
+
 def resolve_encoder(name_or_path: str) -> Path:
     """The Hugging Face directory for ``name_or_path``, built in the cache on first use.
 
@@ -196,7 +211,8 @@ def load_encoder(name_or_path: str) -> tuple[PreTrainedModel, PreTrainedTokenize
         kwargs: dict[str, Any] = {}
         if _accepts_add_pooling_layer(config) and not _checkpoint_has(spec.path, "pooler."):
             kwargs["add_pooling_layer"] = False
-        model = AutoModel.from_pretrained(spec.path, **kwargs)
+        with quiet_loading():
+            model = AutoModel.from_pretrained(spec.path, **kwargs)
         tokenizer = AutoTokenizer.from_pretrained(spec.path)
     except (OSError, ValueError, KeyError, RuntimeError) as exc:
         raise CheckpointError(f"cannot load the encoder: {exc}", where=spec.path) from exc
@@ -269,7 +285,8 @@ def load_encoder_model(path: str | Path) -> PreTrainedModel:
         kwargs: dict[str, Any] = {}
         if _accepts_add_pooling_layer(config) and not _checkpoint_has(path, "pooler."):
             kwargs["add_pooling_layer"] = False
-        model = AutoModel.from_pretrained(path, **kwargs)
+        with quiet_loading():
+            model = AutoModel.from_pretrained(path, **kwargs)
     except (OSError, ValueError, KeyError, RuntimeError) as exc:
         raise CheckpointError(f"cannot load the encoder: {exc}", where=path) from exc
     if getattr(model, "pooler", None) is not None:
