@@ -163,7 +163,7 @@ def bench_prompt(data: Path, setting: str, pick: str) -> dict[str, Any]:
     """The messages, gold SQL and token count of one training prompt built as ``setting`` builds
     them: the longest one within ``max_prompt_tokens`` or the median one (``pick``)."""
     from core.dataset import load_dataset
-    from generator.generate import prompt_token_ids, sample_messages
+    from generator.prompt import prompt_token_ids, sample_messages
     from generator.models import load_tokenizer, resolve_generator
     from generator.retrieval import ExampleRetriever
 
@@ -213,7 +213,7 @@ def run_ours(payload: dict[str, Any], mode: str, args: Args, generations: int) -
 
     from core.graph import JoinPath
     from core.samples import Sample
-    from generator.generate import prompt_token_ids
+    from generator.prompt import prompt_token_ids
     from generator.models import load_generator, make_reference_model
     from generator.train_grpo import (
         CollectStats,

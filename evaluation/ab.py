@@ -346,7 +346,7 @@ def prompt_settings(cfg: ABConfig, generator: str | None = None, overrides: dict
     Raises:
         ConfigError: the generator names a folder whose ``route2sql_generator.json`` is unreadable.
     """
-    from generator.generate import GENERATOR_META, trained_prompt
+    from generator.folders import GENERATOR_META, trained_prompt
 
     generator = cfg.generator if generator is None else generator
     recorded: dict[str, Any] = {"k_examples": 3}
@@ -375,7 +375,9 @@ def run_generation(
 
     from data_pipeline.backends.sqlite import SQLiteExecutor
     from generator.consistency import vote
-    from generator.generate import GENERATOR_META, generate_answers, load_policy, prompt_token_ids, sample_messages
+    from generator.folders import GENERATOR_META, load_policy
+    from generator.prompt import prompt_token_ids, sample_messages
+    from generator.sampling import generate_answers
     from generator.models import ModelConfig
     from generator.retrieval import ExampleRetriever
     from rewards.answer import parse_answer

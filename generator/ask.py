@@ -39,8 +39,9 @@ from core.errors import CheckpointError, ConfigError, DataError, SchemaError
 from core.graph import JoinPath
 from core.io import ensure_writable_dir, read_jsonl_lines, write_jsonl
 from generator.consistency import vote
-from generator.constrained import JoinSkeletonProcessor
-from generator.generate import GENERATOR_META, generate_answers, load_policy, prompt_token_ids, trained_prompt
+from generator.folders import GENERATOR_META, load_policy, trained_prompt
+from generator.prompt import prompt_token_ids
+from generator.sampling import generate_answers
 from generator.models import ModelConfig
 from generator.prompt import PromptSettings, build_prompt
 from rewards.answer import parse_answer
@@ -106,7 +107,7 @@ class AskPipeline:
 
     Args:
         router: a :class:`router.route.Router` (its schema is the database's).
-        model, tokenizer: the generator (a trained folder loaded by :func:`generator.generate.load_policy`).
+        model, tokenizer: the generator (a trained folder loaded by :func:`generator.folders.load_policy`).
         db_path: the SQLite database the queries run on (read-only).
         prompt: how the generator's prompts are built (as it was trained).
         constrained: force the routed path's ``FROM ... JOIN`` clause (:mod:`generator.constrained`).

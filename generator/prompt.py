@@ -43,13 +43,20 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, fields
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from core.errors import ConfigError
 from core.graph import JoinPath, SchemaGraph
 from core.samples import Sample
 from core.schema import Column, Schema, Table, quote_ident
 from core.values import ValueMatch
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
+    from core.dataset import BuiltDataset
+    from generator.retrieval import ExampleRetriever
 
 SAMPLE_VALUES_SHOWN = 3
 """Sample values listed per column in the routed schema."""
@@ -352,3 +359,49 @@ def build_prompt(
         context = f"Tables on the route:\n{render_path_schema(schema, path, question_language(question))}"
     messages.append({"role": "user", "content": f"{context}\n\n{_question_block(question, path, graph, values)}"})
     return messages
+
+
+# --------------------------------------------------------------------------- a sample's prompt tokens
+
+
+def prompt_token_ids(tokenizer: PreTrainedTokenizerBase, messages: Sequence[Message]) -> list[int]:
+    """Token ids of a chat prompt, ending with the assistant turn's opening (generation prompt)."""
+    enc = tokenizer.apply_chat_template(list(messages), add_generation_prompt=True, tokenize=True, return_dict=True)
+    return list(enc["input_ids"])
+
+
+def sample_messages(
+    sample: Sample,
+    ds: BuiltDataset,
+    retriever: ExampleRetriever | None,
+    *,
+    path: JoinPath | None,
+    k: int,
+    with_reasoning: bool = True,
+    schema_detail: str = "full",
+    value_linking: bool = False,
+) -> list[Message]:
+    """The prompt of one sample: its question, ``path`` (routed, gold or None) and ``k`` retrieved
+    examples from the training split (never the sample itself); ``schema_detail`` as in
+    :func:`generator.prompt.build_prompt`; with ``value_linking`` the values the data set's value
+    index finds in the question are listed as the literals to use."""
+    examples = retriever.for_sample(sample, k) if retriever is not None and k > 0 else []
+    values = ds.values.lookup(sample.question) if value_linking and ds.values is not None else []
+    return build_prompt(sample.question, path, ds.schema, ds.graph, examples, k=k, with_reasoning=with_reasoning,
+                        schema_detail=schema_detail, values=values)  # fmt: skip
+
+
+def route_paths(samples: Sequence[Sample], router_dir: Path | None, ds: BuiltDataset) -> list[JoinPath]:
+    """The path each prompt is conditioned on: the router's prediction when ``router_dir`` is
+    given, else each sample's gold path.
+
+    Raises:
+        CheckpointError: ``router_dir`` is not a router checkpoint, or was trained on another
+            schema (see :meth:`router.route.Router.from_pretrained`).
+    """
+    if router_dir is None:
+        return [s.path for s in samples]
+    from router.route import Router  # imported here: only runs with a router pay for its modules
+
+    router = Router.from_pretrained(router_dir, schema=ds.graph, values=ds.values)
+    return list(router.predict_paths([s.question for s in samples]))

@@ -23,7 +23,7 @@ import torch
 from transformers import PreTrainedTokenizerBase
 
 from core.errors import DataError, Route2SQLError, SchemaError
-from generator.generate import sample_group
+from generator.sampling import sample_group
 from rewards.sql import SQLRewardConfig, sql_reward_components
 from rewards.sql_execution import ExecutionScorer
 

@@ -61,16 +61,9 @@ from core.graph import JoinPath
 from core.io import atomic_directory, atomic_write_bytes, ensure_writable_dir, read_jsonl, write_json, write_jsonl
 from core.samples import Sample
 from generator.config import GRPOConfig, config_to_dict
-from generator.generate import (
-    Completions,
-    load_policy,
-    model_device,
-    prompt_token_ids,
-    route_paths,
-    sample_group,
-    sample_messages,
-    write_generator,
-)
+from generator.folders import load_policy, write_generator
+from generator.prompt import prompt_token_ids, route_paths, sample_messages
+from generator.sampling import Completions, model_device, sample_group
 from generator.grpo import group_advantages, group_mean_std, grpo_loss, plan_dynamic_sampling, zero_std_groups
 from generator.grpo_logprobs import group_logprobs
 from generator.models import make_reference_model, reference_logits_context

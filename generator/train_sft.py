@@ -6,7 +6,7 @@ gold answer in the exact format :func:`generator.prompt.render_completion` write
 derived from the path, then the SQL), ended by the end-of-turn token. The loss is the mean
 cross-entropy over those answer tokens only; prompt tokens carry no loss and their logits are
 never computed. LoRA by default, AdamW with linear warm-up then cosine decay, a progress bar,
-and the result saved with :func:`generator.generate.save_generator` (adapter, tokenizer,
+and the result saved with :func:`generator.folders.save_generator` (adapter, tokenizer,
 ``route2sql_generator.json``) in one rename.
 
 Why: a base SmolLM2-135M never wrote the answer tags with a plain instruction; this
@@ -32,7 +32,8 @@ from core.errors import DataError
 from core.io import ensure_writable_dir
 from core.samples import Sample
 from generator.config import GeneratorSFTConfig, config_to_dict
-from generator.generate import load_policy, prompt_token_ids, sample_messages, save_generator
+from generator.folders import load_policy, save_generator
+from generator.prompt import prompt_token_ids, sample_messages
 from generator.prompt import path_reasoning, render_completion
 from generator.retrieval import ExampleRetriever
 

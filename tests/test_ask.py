@@ -70,7 +70,8 @@ GOLD = JoinPath("suppliers", ("products",), "categories")
 def chain(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """A router trained on the tiny shop, and a tiny Llama taught the gold answers in the
     project's answer format with this very prompt builder (a few hundred steps, seconds)."""
-    from generator.generate import prompt_token_ids, save_generator
+    from generator.folders import save_generator
+    from generator.prompt import prompt_token_ids
     from generator.prompt import build_prompt, render_completion
     from tests.test_generator_train import make_tiny_llama
 

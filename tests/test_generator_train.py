@@ -19,14 +19,9 @@ from conftest import make_tiny_shop
 from data_pipeline import BuildConfig, build_dataset, load_dataset
 from core.errors import ConfigError, Route2SQLError
 from generator.config import GRPOConfig
-from generator.generate import (
-    completion_logprobs,
-    completion_mask,
-    load_policy,
-    sample_group,
-    save_generator,
-    selective_log_softmax,
-)
+from generator.folders import load_policy, save_generator
+from generator.logprobs import completion_logprobs, selective_log_softmax
+from generator.sampling import completion_mask, sample_group
 from generator.generate import main as generate_main
 from generator.models import DEFAULT_GENERATOR, ModelConfig, load_generator, resolve_generator
 from generator.smoke import SmokeReport, require_execution_signal

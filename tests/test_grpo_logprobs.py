@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from generator.generate import completion_logprobs
+from generator.logprobs import completion_logprobs
 from generator.grpo import grpo_loss
 from generator.grpo_logprobs import group_logprobs, token_logprobs
 from generator.models import ModelConfig, load_generator

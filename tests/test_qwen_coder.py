@@ -241,7 +241,7 @@ def test_qwen_coder_loads_and_answers_a_northwind_question_few_shot(asked_for_sl
     import torch
 
     from data_pipeline.pipeline import BuildConfig, build_dataset
-    from generator.generate import prompt_token_ids
+    from generator.prompt import prompt_token_ids
     from generator.models import ModelConfig, load_generator
     from generator.prompt import build_prompt
     from generator.retrieval import ExampleRetriever

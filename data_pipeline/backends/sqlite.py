@@ -52,7 +52,7 @@ from sqlglot.dialects.dialect import Dialect
 from sqlglot.errors import ParseError, TokenError
 from sqlglot.tokens import TokenType
 
-from core.errors import ConfigError, QueryRejected, SchemaError
+from core.errors import ConfigError, QueryRejected
 from core.sqlite import connect_readonly as _connect_readonly
 from core.sqlite import wal_is_idle
 

@@ -1,0 +1,222 @@
+"""Sampling from the generator: ``n`` completions of one prompt for GRPO, and batch inference.
+
+- :func:`sample_group`: ``n`` completions of one prompt. The prompt is prefilled once (batch 1)
+  and its KV cache repeated ``n`` times before ``model.generate`` decodes with the cache, instead
+  of prefilling the same prompt ``n`` times.
+- :func:`generate_answers`: greedy (or sampled) answers for many prompts, left-padded in
+  batches of similar length, optionally route-constrained (:mod:`generator.constrained`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from peft import PeftModel
+from transformers import DynamicCache, PreTrainedTokenizerBase
+
+
+@contextlib.contextmanager
+def eval_mode(model: torch.nn.Module) -> Iterator[torch.nn.Module]:
+    """Eval mode (no dropout) and no grad inside the block; the previous mode is restored after."""
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            yield model
+    finally:
+        model.train(was_training)
+
+
+def completion_mask(completion_ids: torch.Tensor, eos_token_ids: Sequence[int]) -> torch.Tensor:
+    """1 on every generated token up to and including the first end-of-sequence token.
+
+    Tokens after it are padding (for SmolLM2 the pad id *is* EOS, so ids alone cannot tell
+    padding from a real EOS; position can).
+
+    Args:
+        completion_ids: ``(n, T)``.
+        eos_token_ids: ids that end a completion.
+
+    Returns:
+        ``(n, T)`` long tensor of 0/1.
+
+    >>> completion_mask(torch.tensor([[5, 2, 2], [5, 6, 7]]), [2]).tolist()
+    [[1, 1, 0], [1, 1, 1]]
+    """
+    is_eos = torch.zeros_like(completion_ids, dtype=torch.bool)
+    for e in eos_token_ids:
+        is_eos |= completion_ids == e
+    seen_before = torch.cumsum(is_eos.long(), dim=1) - is_eos.long()
+    return (seen_before == 0).long()
+
+
+def _eos_ids(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase) -> list[int]:
+    eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    if eos is None:
+        eos = tokenizer.eos_token_id
+    return [int(e) for e in (eos if isinstance(eos, list | tuple) else [eos])]
+
+
+def model_device(model: torch.nn.Module) -> torch.device:
+    """The device of the model's first parameter (where its inputs must go)."""
+    return next(model.parameters()).device
+
+
+def cache_kwarg(model: torch.nn.Module) -> str:
+    """The keyword a model's forward takes its KV cache by: ``cache`` in recent transformers 5.x,
+    ``past_key_values`` before (deprecated since)."""
+    base = model.get_base_model() if isinstance(model, PeftModel) else model
+    return "cache" if "cache" in inspect.signature(type(base).forward).parameters else "past_key_values"
+
+
+def _prefill(model: torch.nn.Module, prompt: torch.Tensor, n: int) -> DynamicCache:
+    """The KV cache of ``prompt`` (shape ``(1, P)``), run once and repeated ``n`` times."""
+    cache = DynamicCache(config=model.config)
+    model(input_ids=prompt, use_cache=True, logits_to_keep=1, **{cache_kwarg(model): cache})
+    if n > 1:
+        cache.batch_repeat_interleave(n)
+    return cache
+
+
+@dataclass(frozen=True)
+class Completions:
+    """``n`` sampled completions of one prompt.
+
+    Attributes:
+        prompt_ids: ``(P,)`` the prompt's token ids.
+        completion_ids: ``(n, T)`` generated ids, right-padded (``T`` = longest completion).
+        mask: ``(n, T)`` 1 on real tokens (through the first EOS), 0 on padding.
+        texts: the decoded completions (special tokens dropped).
+        seconds: wall time of the generation.
+    """
+
+    prompt_ids: torch.Tensor
+    completion_ids: torch.Tensor
+    mask: torch.Tensor
+    texts: list[str]
+    seconds: float
+
+    @property
+    def lengths(self) -> torch.Tensor:
+        """``(n,)`` completion lengths in tokens."""
+        return self.mask.sum(dim=1)
+
+
+def sample_group(
+    model: torch.nn.Module,
+    tokenizer: PreTrainedTokenizerBase,
+    prompt_ids: Sequence[int],
+    n: int,
+    *,
+    max_new_tokens: int,
+    temperature: float = 1.0,
+    top_p: float = 1.0,
+    min_new_tokens: int = 0,
+) -> Completions:
+    """Sample ``n`` completions of one prompt with the KV cache (prompt prefilled once).
+
+    Runs in eval mode without grad; the model's train/eval mode is restored after.
+
+    Args:
+        model: a causal LM (peft-wrapped or not).
+        tokenizer: its tokenizer (decodes the texts).
+        prompt_ids: the prompt, from :func:`prompt_token_ids`.
+        n: completions to draw.
+        max_new_tokens: per completion at most.
+        temperature: sampling temperature (> 0).
+        top_p: nucleus mass.
+        min_new_tokens: suppress EOS before this many tokens (benchmarks use it for fixed lengths).
+
+    Returns:
+        :class:`Completions`.
+    """
+    t0 = time.perf_counter()
+    device = model_device(model)
+    prompt = torch.tensor([list(prompt_ids)], dtype=torch.long, device=device)
+    with eval_mode(model):
+        cache = _prefill(model, prompt[:, :-1], n) if prompt.shape[1] > 1 else None
+        out = model.generate(
+            input_ids=prompt.expand(n, -1),
+            attention_mask=torch.ones(n, prompt.shape[1], dtype=torch.long, device=device),
+            **{cache_kwarg(model): cache},
+            do_sample=True,
+            temperature=temperature,
+            top_p=top_p,
+            top_k=0,
+            max_new_tokens=max_new_tokens,
+            min_new_tokens=min_new_tokens,
+            pad_token_id=tokenizer.pad_token_id,
+        )
+    completion_ids = out[:, prompt.shape[1] :]
+    mask = completion_mask(completion_ids, _eos_ids(model, tokenizer))
+    texts = tokenizer.batch_decode(completion_ids * mask + tokenizer.pad_token_id * (1 - mask), skip_special_tokens=True)
+    return Completions(prompt[0], completion_ids, mask, texts, time.perf_counter() - t0)
+
+
+def generate_answers(
+    model: torch.nn.Module,
+    tokenizer: PreTrainedTokenizerBase,
+    prompts: Sequence[Sequence[int]],
+    *,
+    max_new_tokens: int,
+    batch_size: int = 4,
+    temperature: float = 0.0,
+    progress: bool = False,
+    join_clauses: Sequence[str | None] | None = None,
+) -> list[str]:
+    """Answer many prompts, ``batch_size`` at a time, grouped by length (left padding).
+
+    Args:
+        prompts: token ids per prompt (:func:`generator.prompt.prompt_token_ids`).
+        max_new_tokens: per answer at most.
+        batch_size: prompts per ``generate`` call.
+        temperature: 0 for greedy decoding, else sampling.
+        progress: show a tqdm bar.
+        join_clauses: per prompt, the routed path's ``FROM ... JOIN`` clause to force once the
+            answer writes ``FROM`` (:class:`generator.constrained.JoinSkeletonProcessor`), or None
+            (for one prompt or for all) to decode freely.
+
+    Returns:
+        One decoded answer per prompt, in the input order.
+    """
+    from tqdm.auto import tqdm
+
+    order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
+    answers: list[str] = [""] * len(prompts)
+    pad = tokenizer.pad_token_id
+    eos = _eos_ids(model, tokenizer)
+    batches = [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
+    with eval_mode(model):
+        for batch in tqdm(batches, desc="generate", disable=not progress, unit="batch"):
+            width = max(len(prompts[i]) for i in batch)
+            ids = torch.full((len(batch), width), pad, dtype=torch.long)
+            attn = torch.zeros((len(batch), width), dtype=torch.long)
+            for row, i in enumerate(batch):
+                p = list(prompts[i])
+                ids[row, width - len(p) :] = torch.tensor(p)
+                attn[row, width - len(p) :] = 1
+            kwargs: dict[str, Any] = {"do_sample": False}
+            if temperature > 0:
+                kwargs = {"do_sample": True, "temperature": temperature, "top_k": 0}
+            if join_clauses is not None and any(join_clauses[i] for i in batch):
+                from transformers import LogitsProcessorList
+
+                from generator.constrained import JoinSkeletonProcessor
+
+                proc = JoinSkeletonProcessor(tokenizer, [join_clauses[i] for i in batch], prompt_width=width)
+                kwargs["logits_processor"] = LogitsProcessorList([proc])
+            device = model_device(model)
+            out = model.generate(input_ids=ids.to(device), attention_mask=attn.to(device), max_new_tokens=max_new_tokens, pad_token_id=pad,
+                                 **kwargs)  # fmt: skip
+            comp = out[:, width:].cpu()
+            mask = completion_mask(comp, eos)
+            texts = tokenizer.batch_decode(comp * mask + pad * (1 - mask), skip_special_tokens=True)
+            for row, i in enumerate(batch):
+                answers[i] = texts[row]
+    return answers
