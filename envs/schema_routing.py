@@ -193,8 +193,8 @@ class SchemaRoutingEnv(gym.Env[ObsType, np.int64]):
         self._last = None
         return self.observation_of(self._index), {"sample_index": self._index, "sample_id": self.samples[self._index].id}
 
-    def step(self, action: int | np.integer | np.ndarray) -> tuple[ObsType, SupportsFloat, bool, bool, dict[str, Any]]:
-        """Answer the current question with the path ``legal_paths[action]``; always terminates.
+    def _end_episode(self, action: int | np.integer | np.ndarray) -> int:
+        """The current question's index, after checking that an episode is open and ``action`` legal; closes the episode.
 
         Raises:
             ResetNeeded: ``step`` before ``reset`` or after the episode ended.
@@ -205,6 +205,16 @@ class SchemaRoutingEnv(gym.Env[ObsType, np.int64]):
         if not self.action_space.contains(action):
             raise InvalidAction(f"action must be an int in [0, {self.n_paths}), got {action!r}")
         index, self._index = self._index, None
+        return index
+
+    def step(self, action: int | np.integer | np.ndarray) -> tuple[ObsType, SupportsFloat, bool, bool, dict[str, Any]]:
+        """Answer the current question with the path ``legal_paths[action]``; always terminates.
+
+        Raises:
+            ResetNeeded: ``step`` before ``reset`` or after the episode ended.
+            InvalidAction: an action outside ``Discrete(n_legal_paths)``.
+        """
+        index = self._end_episode(action)
         sample = self.samples[index]
         path = self.path_of(int(action))
         comp = path_reward_components(path, sample.path, self.graph, self.reward_config)

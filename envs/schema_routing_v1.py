@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Any, SupportsFloat
 
 import numpy as np
-from gymnasium.error import InvalidAction, ResetNeeded
 
 from core.dataset import load_dataset
 from core.errors import ConfigError, DataError
@@ -287,11 +286,7 @@ class SchemaRoutingV1Env(SchemaRoutingEnv):
             ResetNeeded: ``step`` before ``reset`` or after the episode ended.
             InvalidAction: an action outside ``Discrete(n_legal_paths)``.
         """
-        if self._index is None:
-            raise ResetNeeded("call reset() before step(); each episode is one question and one step")
-        if not self.action_space.contains(action):
-            raise InvalidAction(f"action must be an int in [0, {self.n_paths}), got {action!r}")
-        index, self._index = self._index, None
+        index = self._end_episode(action)
         labelled = self.is_labelled(index)
         path = self.path_of(int(action))
         comp = self.reward_components(index, int(action))
