@@ -316,6 +316,8 @@ def _print(answer: Answer) -> None:
         print(f"error: {answer.error}")
         return
     print(" | ".join(answer.columns or []))
+    if not answer.rows:
+        print("(0 rows)")
     for r in answer.rows[:SHOWN_ROWS]:
         print(" | ".join(str(v) for v in r))
     if len(answer.rows) > SHOWN_ROWS:

@@ -207,11 +207,11 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                 (loss_sum / n_tokens).backward()
                 loss_total += float(loss_sum.detach())
         grad_norm = float(torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm))
+        lr = scheduler.get_last_lr()[0]  # the rate this step used (the scheduler moves on below)
         optimizer.step()
         scheduler.step()
         optimizer.zero_grad(set_to_none=True)
-        rec = {"step": step + 1, "loss": loss_total / n_tokens, "grad_norm": grad_norm,
-               "learning_rate": scheduler.get_last_lr()[0]}  # fmt: skip
+        rec = {"step": step + 1, "loss": loss_total / n_tokens, "grad_norm": grad_norm, "learning_rate": lr}
         history.append(rec)
         bar.set_postfix(loss=f"{rec['loss']:.3f}", lr=f"{rec['learning_rate']:.2e}")
     seconds = time.perf_counter() - t0

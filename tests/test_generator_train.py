@@ -271,6 +271,8 @@ def test_train_sft_lowers_the_loss_and_saves_a_loadable_model(tiny_model, tiny_d
                         "--k-examples", "0", "--schema-detail", "compact", "--progress", "False"])  # fmt: skip
     assert summary["steps"] == 12 and summary["n_train_examples"] == 2
     assert summary["final_loss"] < 0.85 * summary["first_loss"]
+    rates = [h["learning_rate"] for h in summary["history"]]  # the rate each step used: no warmup, cosine from 0.05
+    assert rates[0] == pytest.approx(0.05) and rates[-1] > 0 and rates == sorted(rates, reverse=True)
     meta = json.loads((out / "route2sql_generator.json").read_text())
     assert meta["base_model"] == str(tiny_model) and meta["trained_by"] == "generator.train_sft"
     model, tok, eff = load_policy(ModelConfig(use_lora=False), out)
