@@ -4,11 +4,9 @@ database row counter it calls.
 :func:`question_evidence` gathers, for one question: the values it mentions
 (:meth:`core.values.ValueIndex.lookup`), where it names each table and column, and the target
 evidence scored from those spans (:func:`rewards.label_free.target_evidence`). Table spans come
-from a ``mention_spans(question, tables)`` function: the router passes its own
-(``router.text.mention_spans``: names, descriptions, synonyms, Chinese names, pinyin initials);
-without one, :func:`name_spans` here finds a table's humanised name, its Chinese name and its
-synonyms (:func:`data_pipeline.relations.table_synonyms`), singular or plural.
-:func:`column_spans` finds a table's non-key column names the same way.
+from :func:`data_pipeline.mentions.mention_spans` (names, descriptions, synonyms, Chinese names,
+pinyin initials), the same finder the router's link features read; :func:`column_spans` finds a
+table's non-key column names, singular or plural.
 
 :class:`CachedRowCounter` runs the label-free reward's ``SELECT COUNT(*)`` texts on the data set's
 SQLite database through the read-only :class:`~data_pipeline.backends.sqlite.SQLiteExecutor`
@@ -16,7 +14,7 @@ SQLite database through the read-only :class:`~data_pipeline.backends.sqlite.SQL
 
 >>> from core.schema import Table, Column
 >>> ts = [Table("Customers", (Column("CompanyName", "TEXT"),), zh="客户"), Table("Orders", (Column("OrderDate"),))]
->>> name_spans("Which customers placed orders?", ts)
+>>> mentions.mention_spans("Which customers placed orders?", ts)
 [[(6, 15)], [(23, 29)]]
 >>> column_spans("What is the order date of 客户 Alfreds?", ts)
 [[], [(12, 22)]]
@@ -34,7 +32,8 @@ from core.graph import SchemaGraph
 from core.schema import Table, humanize
 from core.values import ValueIndex, ValueMatch
 from data_pipeline.backends.sqlite import SQLiteExecutor
-from data_pipeline.relations import table_synonyms
+from data_pipeline import mentions
+from data_pipeline.mentions import singular
 from rewards.label_free import target_evidence
 
 logger = logging.getLogger(__name__)
@@ -46,17 +45,8 @@ _WORD = re.compile(r"[A-Za-z0-9]+")
 _KEY = re.compile(r"(^|\s)(id|code|key)$")
 
 
-def _stem(word: str) -> str:
-    w = word.lower()
-    if len(w) > 4 and w.endswith("ies"):
-        return w[:-3] + "y"
-    if len(w) > 3 and w.endswith("s") and not w.endswith("ss"):
-        return w[:-1]
-    return w
-
-
 def _find(question: str, forms: Sequence[tuple[str, ...]], chinese: Sequence[str]) -> list[tuple[int, int]]:
-    words = [(m.start(), m.end(), _stem(m.group())) for m in _WORD.finditer(question)]
+    words = [(m.start(), m.end(), singular(m.group().lower())) for m in _WORD.finditer(question)]
     stems = [w for _, _, w in words]
     spans: set[tuple[int, int]] = set()
     for form in forms:
@@ -77,19 +67,6 @@ def _maximal(found: list[list[tuple[int, int]]]) -> list[list[tuple[int, int]]]:
     return [[(a, b) for a, b in spans if not any(c <= a and b <= d and d - c > b - a for c, d in every)] for spans in found]
 
 
-def name_spans(question: str, tables: Sequence[Table]) -> list[list[tuple[int, int]]]:
-    """Where ``question`` names each table: its humanised name's word stems in a row, its
-    synonyms, its Chinese name (2+ characters); a span inside a longer one of another table is
-    dropped ("order details" names Order Details, not Orders). Same contract as
-    ``router.text.mention_spans``, with fewer sources."""
-    found = []
-    for t in tables:
-        syn_en, syn_zh = table_synonyms(t)
-        forms = [tuple(_stem(w) for w in _WORD.findall(s)) for s in (humanize(t.name), *syn_en)]
-        found.append(_find(question, [f for f in forms if f], [z for z in (t.zh, *syn_zh) if len(z) >= 2]))
-    return _maximal(found)
-
-
 def column_spans(question: str, tables: Sequence[Table]) -> list[list[tuple[int, int]]]:
     """Where ``question`` names one of each table's non-key columns (humanised name, or its Chinese
     name of 2+ characters); key columns (``CustomerID``) name other tables and are skipped."""
@@ -100,7 +77,7 @@ def column_spans(question: str, tables: Sequence[Table]) -> list[list[tuple[int,
             h = humanize(c.name)
             if c.primary_key or _KEY.search(h):
                 continue
-            forms.append(tuple(_stem(w) for w in _WORD.findall(h)))
+            forms.append(tuple(singular(w.lower()) for w in _WORD.findall(h)))
             if len(c.zh) >= 2:
                 chinese.append(c.zh)
         found.append(_find(question, [f for f in forms if f], chinese))
@@ -134,12 +111,12 @@ def question_evidence(
         graph: the schema graph.
         values: the database's value index; None: no value is linked (``value_anchor`` then reads
             the question's table names only).
-        mention_spans: the table span finder (:data:`SpanFinder`); :func:`name_spans` when None.
+        mention_spans: the table span finder (:data:`SpanFinder`); :func:`data_pipeline.mentions.mention_spans` when None.
     """
     tables = list(graph.schema.tables)
     names = {t.name for t in tables}
     matches = tuple(m for m in (values.lookup(question) if values is not None else ()) if m.table in names)
-    t_spans = (mention_spans or name_spans)(question, tables)
+    t_spans = (mention_spans or mentions.mention_spans)(question, tables)
     c_spans = column_spans(question, tables)
     ev = target_evidence(
         question,

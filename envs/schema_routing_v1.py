@@ -112,8 +112,7 @@ class SchemaRoutingV1Env(SchemaRoutingEnv):
     - ``db_path``: the SQLite database the label-free row counts run on (default: the data set's);
       or ``count_rows``: a ``count_rows(sql) -> int | None`` function instead.
     - ``mention_spans``: a ``(question, tables) -> spans per table`` function for the target
-      evidence (the router passes ``router.text.mention_spans``; default
-      :func:`envs.evidence.name_spans`).
+      evidence (default :func:`data_pipeline.mentions.mention_spans`, which the router reads too).
     - ``evidence``: precomputed :class:`~envs.evidence.QuestionEvidence` per question of the joint
       index (shared between vector envs); overrides ``values`` and ``mention_spans``.
 

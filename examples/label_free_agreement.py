@@ -2,7 +2,7 @@
 
 For each question of a split, every legal path of the schema is scored by
 :func:`rewards.label_free.label_free_components` (value matches from the data set's value index,
-target evidence from ``router.text.mention_spans``, row counts on the data set's database), and the
+target evidence from ``data_pipeline.mentions.mention_spans``, row counts on the data set's database), and the
 gold path's score is compared with the best one. The labels are read only to judge the reward;
 nothing is trained. Printed per split (at most ``--limit`` questions each):
 
@@ -36,7 +36,6 @@ def main() -> dict:
     from core.dataset import load_dataset
     from envs.evidence import CachedRowCounter, question_evidence
     from rewards.label_free import label_free_components
-    from router.text import mention_spans
 
     args = parse(Args, description=__doc__.split("\n\n")[0])
     ds = load_dataset(args.data)
@@ -45,7 +44,7 @@ def main() -> dict:
     for split in args.splits:
         c: Counter[str] = Counter()
         for s in ds.split(split)[: args.limit]:
-            qe = question_evidence(s.question, ds.graph, ds.values, mention_spans)
+            qe = question_evidence(s.question, ds.graph, ds.values)
             best = max(qe.evidence.values(), default=0.0)
             c["target_top"] += best > 0 and qe.evidence.get(s.path.target, 0.0) == best
             scores = {p: label_free_components(p, ds.graph, qe.matches, qe.evidence, count)["total"] for p in ds.graph.legal_paths}

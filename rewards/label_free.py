@@ -11,7 +11,7 @@ Every function here is pure given its inputs. What needs the outside world is pa
   ``data_pipeline.backends.sqlite.SQLiteExecutor``) and returns None when it cannot run;
 - the **target evidence** ``{table: score in [0, 1]}``: where the question's words point at a
   table, scored by :func:`target_evidence` from spans the caller found (table names and synonyms,
-  column names: ``router.text.mention_spans`` in PPO, a name matcher in ``envs`` otherwise).
+  column names: ``data_pipeline.mentions.mention_spans``, which the router reads too).
 
 Components (:func:`label_free_components`), with the default :class:`LabelFreeConfig`:
 

@@ -66,7 +66,8 @@ from router.checkpoint import (
     RouterCheckpointConfig,
     RouterModelConfig,
 )
-from router.text import LINK_FEATURES, link_features, mention_spans, table_text
+from data_pipeline.mentions import mention_spans
+from router.text import LINK_FEATURES, link_features, table_text
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -168,7 +169,7 @@ class PathSpace:
         Returns:
             ``links`` ``(batch, T, n_link_features)`` (:func:`router.text.link_features`) and
             ``mentions`` ``(batch, seq, T)``: 1 where a token lies in a span that names the table
-            (:func:`router.text.mention_spans`), else 0; None without ``offsets``.
+            (:func:`data_pipeline.mentions.mention_spans`), else 0; None without ``offsets``.
         """
         n = len(questions)
         links = np.zeros((n, self.n_tables, len(LINK_FEATURES)), dtype=np.float32)

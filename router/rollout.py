@@ -20,7 +20,7 @@ functions of the question.
 
 Unlabelled questions enter the encoded split as :func:`unlabelled_samples` (rows after the
 labelled ones; their placeholder ``path`` is never read: the env pays them without a label). The
-label-free target evidence reads the router's own table mentions (:func:`router.text.mention_spans`).
+label-free target evidence reads the same table mentions as the router's link features (:func:`data_pipeline.mentions.mention_spans`).
 """
 
 from __future__ import annotations
@@ -40,7 +40,6 @@ from envs.evidence import CachedRowCounter, question_evidence
 from envs.featurizers import FeatureTable
 from rewards.label_free import LabelFreeConfig, RowCounter
 from rewards.router import RewardConfig
-from router.text import mention_spans
 from router.policy import RouterBatch
 from router.sft_data import EncodedSplit
 
@@ -118,7 +117,7 @@ def make_routing_envs(
     needs_label_free = bool(questions) or label_free_weight > 0
     if needs_label_free and count_rows is None and db_path:
         count_rows = CachedRowCounter(db_path)
-    evidence = [question_evidence(s.question, graph, values, mention_spans) for s in split.samples] if needs_label_free else None
+    evidence = [question_evidence(s.question, graph, values) for s in split.samples] if needs_label_free else None
     kwargs = {
         "graph": graph, "samples": labelled, "unlabelled": questions, "unlabelled_ratio": unlabelled_ratio,
         "features": features, "reward_config": reward_config, "label_free": label_free,

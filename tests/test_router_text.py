@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from core.schema import Column, Table
-from router.text import LINK_FEATURES, link_features, mention_spans, name_code, pinyin_initials, table_text, words
+from data_pipeline.mentions import mention_spans, name_code, pinyin_initials
+from router.text import LINK_FEATURES, link_features, table_text, words
 
 MZ_CF = Table(
     "mz_cf",
