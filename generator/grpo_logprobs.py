@@ -37,6 +37,8 @@ from peft import PeftModel
 from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
 
+from core.errors import ConfigError
+
 PLAIN_HEAD_MODEL_TYPES = frozenset({"llama", "qwen2", "qwen3", "mistral"})
 """Model types whose logits are exactly ``lm_head(final hidden state)`` (no scaling, no cap)."""
 
@@ -158,7 +160,8 @@ def _layers(cache: DynamicCache) -> list[DynamicLayer]:
     layers = list(cache.layers)
     if not all(type(layer) is DynamicLayer for layer in layers):
         kinds = sorted({type(layer).__name__ for layer in layers})
-        raise NotImplementedError(f"group_logprobs needs full (non-sliding) KV cache layers, the model uses {kinds}")
+        raise ConfigError(f"GRPO here needs a model whose KV cache keeps every position (no sliding-window layers); "
+                          f"this one uses {kinds}", where="--model")
     return layers
 
 
@@ -238,7 +241,7 @@ def group_logprobs(
 
     Raises:
         ValueError: ``micro_batch`` or ``prompt_chunk`` below 1, or an empty prompt or completion.
-        NotImplementedError: the model's KV cache has sliding-window layers.
+        ConfigError: the model's KV cache has sliding-window layers (a one-line error naming --model).
     """
     n, t = completion_ids.shape
     p = prompt_ids.shape[0]

@@ -132,3 +132,17 @@ def test_bad_sizes_are_refused(tiny_model):  # noqa: F811
         group_logprobs(model, prompt, comp, micro_batch=0)
     with pytest.raises(ValueError, match="prompt_chunk"):
         group_logprobs(model, prompt, comp, prompt_chunk=0)
+
+
+def test_a_sliding_window_cache_is_a_config_error_naming_the_model() -> None:
+    from transformers import DynamicCache
+    from transformers.cache_utils import DynamicSlidingWindowLayer
+
+    from core.errors import ConfigError
+    from generator.grpo_logprobs import _layers
+
+    cache = DynamicCache()
+    cache.layers = [DynamicSlidingWindowLayer(sliding_window=4)]
+    with pytest.raises(ConfigError, match="sliding-window") as info:
+        _layers(cache)
+    assert info.value.where == "--model"
