@@ -17,20 +17,10 @@ from pathlib import Path
 from typing import Any
 
 from core.errors import DataError, SchemaError
-from core.sqlite import connect_readonly
+from core.catalog import read_catalog
+from core.sqlite import connect_readonly, quote_ident
 
 SAMPLE_VALUES_PER_COLUMN = 5
-
-
-def quote_ident(name: str) -> str:
-    """Quote an SQL identifier for SQLite, so names with spaces or quotes work everywhere.
-
-    >>> quote_ident("Order Details")
-    '"Order Details"'
-    >>> quote_ident('we"ird')
-    '"we""ird"'
-    """
-    return '"' + name.replace('"', '""') + '"'
 
 
 @dataclass(frozen=True)
@@ -297,50 +287,38 @@ def introspect(db: str | Path, descriptions: str | Path | None = None, name: str
     conn = _open_sqlite(path)
     try:
         try:
-            names = [
-                r[0]
-                for r in conn.execute(
-                    "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY name"
-                )
-            ]
+            catalog, notes = read_catalog(conn)
         except sqlite3.DatabaseError as exc:
             raise SchemaError(f"not a readable SQLite database ({exc})", where=path) from exc
-        if not names:
+        if not catalog:
             raise SchemaError("database has no tables", where=path)
         raw_cols: dict[str, list[Column]] = {}
-        fks: list[ForeignKey] = []
-        counts: dict[str, int] = {}
-        for t in names:
+        for t, info in catalog.items():
             qt = quote_ident(t)
             cols = []
-            for _cid, cname, ctype, notnull, _default, pk in conn.execute(f"PRAGMA table_info({qt})"):
+            for c in info.columns:
+                qc = quote_ident(c.name)
                 samples = tuple(
                     r[0]
                     for r in conn.execute(
-                        f"SELECT DISTINCT {quote_ident(cname)} FROM {qt} WHERE {quote_ident(cname)} IS NOT NULL "
-                        f"AND typeof({quote_ident(cname)}) != 'blob' LIMIT {SAMPLE_VALUES_PER_COLUMN}"
+                        f"SELECT DISTINCT {qc} FROM {qt} WHERE {qc} IS NOT NULL "
+                        f"AND typeof({qc}) != 'blob' LIMIT {SAMPLE_VALUES_PER_COLUMN}"
                     )
                 )
-                cols.append(Column(cname, ctype or "", bool(pk), bool(notnull), samples=samples))
+                cols.append(Column(c.name, c.type, c.pk > 0, c.not_null, samples=samples))
             raw_cols[t] = cols
-            counts[t] = conn.execute(f"SELECT COUNT(*) FROM {qt}").fetchone()[0]
-            pk_of = {}
-            for row in conn.execute(f"PRAGMA foreign_key_list({qt})"):
-                _id, _seq, ref_table, from_col, to_col = row[:5]
-                if ref_table not in raw_cols and ref_table not in names:
-                    # SQLite matches names case-insensitively; normalise to the declared table name
-                    match = [n for n in names if n.lower() == ref_table.lower()]
-                    if not match:
-                        warnings.warn(f"{path}: {t}.{from_col} references missing table {ref_table!r}; ignored")
-                        continue
-                    ref_table = match[0]
-                if to_col is None:  # FK to the referenced table's primary key
-                    if ref_table not in pk_of:
-                        pk_of[ref_table] = [r[1] for r in conn.execute(f"PRAGMA table_info({quote_ident(ref_table)})") if r[5]]
-                    to_col = pk_of[ref_table][0] if pk_of[ref_table] else "rowid"
-                fks.append(ForeignKey(t, from_col, ref_table, to_col))
     finally:
         conn.close()
+    for note in notes:
+        warnings.warn(f"{path}: {note}", stacklevel=2)
+    names = list(catalog)
+    counts = {t: info.row_count for t, info in catalog.items()}
+    fks = [
+        ForeignKey(t, col, key.ref_table, ref_col)
+        for t, info in catalog.items()
+        for key in info.foreign_keys
+        for col, ref_col in zip(key.columns, key.ref_columns, strict=True)
+    ]
     desc = _load_descriptions(Path(descriptions) if descriptions else None, raw_cols)
     tables = []
     for t in names:

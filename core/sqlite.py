@@ -17,6 +17,17 @@ from pathlib import Path
 from core.errors import SchemaError
 
 
+def quote_ident(name: str) -> str:
+    """Quote an SQL identifier for SQLite, so names with spaces or quotes work everywhere.
+
+    >>> quote_ident("Order Details")
+    '"Order Details"'
+    >>> quote_ident('we"ird')
+    '"we""ird"'
+    """
+    return '"' + name.replace('"', '""') + '"'
+
+
 def is_wal_file(path: str | Path) -> bool:
     """True when the header of ``path`` says WAL mode (file format bytes 18 and 19 are 2)."""
     try:

@@ -51,6 +51,7 @@ from pathlib import Path
 from typing import Any
 
 from data_pipeline.datasets import resolve_database
+from core.catalog import CatalogColumn, CatalogKey, CatalogTable, read_catalog
 from core.errors import ConfigError, SchemaError
 from core.sqlite import connect_readonly
 from core.io import ensure_writable_dir
@@ -145,159 +146,30 @@ _NUMBER_KINDS: tuple[tuple[frozenset[str], float, float, str], ...] = (
 _BOOL_FIRST_WORDS = frozenset({"is", "has", "if", "can", "was", "did"})
 
 
-# ---------------------------------------------------------------------------- the catalog
+# ---------------------------------------------------------------------------- key draws
 
 
-@dataclass(frozen=True)
-class ColumnInfo:
-    """One column as SQLite declares it. ``pk`` is its 1-based position in the primary key, 0 if none."""
+def key_draws(info: CatalogTable) -> tuple[CatalogKey, ...]:
+    """The table's foreign keys merged into *draws*, in declaration order.
 
-    name: str
-    type: str
-    not_null: bool
-    pk: int
-
-    @property
-    def affinity(self) -> str:
-        """SQLite's type affinity of the declared type: INTEGER, TEXT, BLOB, REAL or NUMERIC.
-
-        >>> [ColumnInfo("c", t, False, 0).affinity for t in ("BIGINT", "nvarchar(40)", "", "DOUBLE", "DATETIME")]
-        ['INTEGER', 'TEXT', 'BLOB', 'REAL', 'NUMERIC']
-        """
-        t = self.type.upper()
-        if "INT" in t:
-            return "INTEGER"
-        if any(k in t for k in ("CHAR", "CLOB", "TEXT")):
-            return "TEXT"
-        if "BLOB" in t or not t:
-            return "BLOB"
-        if any(k in t for k in ("REAL", "FLOA", "DOUB")):
-            return "REAL"
-        return "NUMERIC"
-
-
-@dataclass(frozen=True)
-class KeyDraw:
-    """Columns of ``table`` that take their values from one row of ``ref_table`` (one draw).
-
-    A composite foreign key is one draw; so are several single-column keys into the same table
-    that reference different columns. Keys that reference the same column (``winner_id`` and
+    A draw is a set of columns that take their values from one row of the referenced table: a
+    composite foreign key is one draw; so are several single-column keys into the same table that
+    reference different columns. Keys that reference the same column (``winner_id`` and
     ``loser_id`` -> ``players.player_id``) are separate draws.
     """
-
-    table: str
-    columns: tuple[str, ...]
-    ref_table: str
-    ref_columns: tuple[str, ...]
-
-    def __str__(self) -> str:
-        return f"{self.table}({', '.join(self.columns)}) -> {self.ref_table}({', '.join(self.ref_columns)})"
-
-
-@dataclass(frozen=True)
-class TableInfo:
-    """One table: columns, unique column sets (primary key first), foreign keys as declared, row count."""
-
-    name: str
-    columns: tuple[ColumnInfo, ...]
-    unique_sets: tuple[tuple[str, ...], ...]
-    foreign_keys: tuple[KeyDraw, ...]
-    row_count: int
-    without_rowid: bool = False
-
-    @property
-    def primary_key(self) -> tuple[str, ...]:
-        return tuple(c.name for c in sorted((c for c in self.columns if c.pk), key=lambda c: c.pk))
-
-    @property
-    def rowid_alias(self) -> str | None:
-        """The ``INTEGER PRIMARY KEY`` column (an alias of the rowid), if any."""
-        pk = [c for c in self.columns if c.pk]
-        if len(pk) == 1 and pk[0].type.upper() == "INTEGER" and not self.without_rowid:
-            return pk[0].name
-        return None
-
-    def column(self, name: str) -> ColumnInfo:
-        return next(c for c in self.columns if c.name == name)
-
-    def draws(self) -> tuple[KeyDraw, ...]:
-        """The foreign keys merged into draws (see :class:`KeyDraw`), in declaration order."""
-        out: list[KeyDraw] = []
-        for fk in self.foreign_keys:
-            for i, d in enumerate(out):
-                if (
-                    d.ref_table == fk.ref_table
-                    and not set(d.columns) & set(fk.columns)
-                    and not set(d.ref_columns) & set(fk.ref_columns)
-                ):
-                    out[i] = KeyDraw(d.table, d.columns + fk.columns, d.ref_table, d.ref_columns + fk.ref_columns)
-                    break
-            else:
-                out.append(fk)
-        return tuple(out)
-
-
-def read_catalog(conn: sqlite3.Connection) -> tuple[dict[str, TableInfo], list[str]]:
-    """Tables of an open database (``sqlite_*`` excluded) and notes on foreign keys that were ignored.
-
-    Foreign-key targets are resolved case-insensitively, as SQLite does; a key naming a table or
-    column that does not exist is ignored with a note.
-    """
-    names = [
-        r[0]
-        for r in conn.execute(
-            "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY name"
-        )
-    ]
-    by_lower = {n.lower(): n for n in names}
-    cols: dict[str, tuple[ColumnInfo, ...]] = {}
-    for t in names:
-        cols[t] = tuple(
-            ColumnInfo(r[1], r[2] or "", bool(r[3]), int(r[5])) for r in conn.execute(f"PRAGMA table_info({quote_ident(t)})")
-        )
-    notes: list[str] = []
-    out: dict[str, TableInfo] = {}
-    for t in names:
-        qt = quote_ident(t)
-        col_by_lower = {c.name.lower(): c.name for c in cols[t]}
-        pk = tuple(c.name for c in sorted((c for c in cols[t] if c.pk), key=lambda c: c.pk))
-        unique: list[tuple[str, ...]] = [pk] if pk else []
-        for _seq, index, is_unique, origin, partial in conn.execute(f"PRAGMA index_list({qt})"):
-            if not is_unique or origin == "pk" or partial:
-                continue
-            members = [r[2] for r in conn.execute(f"PRAGMA index_info({quote_ident(index)})")]
-            if members and None not in members and tuple(members) not in unique:
-                unique.append(tuple(members))
-        grouped: dict[int, list[tuple[str, str, str | None]]] = {}
-        for row in conn.execute(f"PRAGMA foreign_key_list({qt})"):
-            grouped.setdefault(row[0], []).append((row[2], row[3], row[4]))
-        fks: list[KeyDraw] = []
-        for _id, parts in sorted(grouped.items()):
-            ref = by_lower.get(parts[0][0].lower())
-            if ref is None:
-                notes.append(f"{t}: foreign key to missing table {parts[0][0]!r} ignored")
-                continue
-            ref_pk = [c.name for c in sorted((c for c in cols[ref] if c.pk), key=lambda c: c.pk)]
-            ref_lower = {c.name.lower(): c.name for c in cols[ref]}
-            mine, theirs = [], []
-            for k, (_r, frm, to) in enumerate(parts):
-                src = col_by_lower.get(str(frm).lower())
-                dst = ref_lower.get(str(to).lower()) if to is not None else (ref_pk[k] if k < len(ref_pk) else None)
-                if src is None or dst is None:
-                    break
-                mine.append(src)
-                theirs.append(dst)
-            else:
-                fk = KeyDraw(t, tuple(mine), ref, tuple(theirs))
-                if fk not in fks:
-                    fks.append(fk)
-                continue
-            notes.append(f"{t}: foreign key {[p[1] for p in parts]} -> {ref} names a missing column; ignored")
-        sql = conn.execute("SELECT sql FROM sqlite_master WHERE type = 'table' AND name = ?", (t,)).fetchone()[0] or ""
-        without_rowid = bool(re.search(r"\)\s*WITHOUT\s+ROWID\s*;?\s*$", sql, re.IGNORECASE))
-        count = conn.execute(f"SELECT COUNT(*) FROM {qt}").fetchone()[0]
-        out[t] = TableInfo(t, cols[t], tuple(unique), tuple(fks), int(count), without_rowid)
-    return out, notes
+    out: list[CatalogKey] = []
+    for fk in info.foreign_keys:
+        for i, d in enumerate(out):
+            if (
+                d.ref_table == fk.ref_table
+                and not set(d.columns) & set(fk.columns)
+                and not set(d.ref_columns) & set(fk.ref_columns)
+            ):
+                out[i] = CatalogKey(d.table, d.columns + fk.columns, d.ref_table, d.ref_columns + fk.ref_columns)
+                break
+        else:
+            out.append(fk)
+    return tuple(out)
 
 
 # ---------------------------------------------------------------------------- values
@@ -393,7 +265,7 @@ def _from_list(words: tuple[str, ...], serial: int, rng: random.Random, keyed: b
     return word if serial <= len(words) else f"{word} {serial}"
 
 
-def _number(column: ColumnInfo, serial: int, rng: random.Random, keyed: bool, n_rows: int) -> int | float:
+def _number(column: CatalogColumn, serial: int, rng: random.Random, keyed: bool, n_rows: int) -> int | float:
     if keyed:
         return serial
     words = _words(column.name)
@@ -410,17 +282,17 @@ def _number(column: ColumnInfo, serial: int, rng: random.Random, keyed: bool, n_
     return round(rng.uniform(low, high), digits)
 
 
-def synthetic_value(table: str, column: ColumnInfo, serial: int, rng: random.Random, *, keyed: bool, n_rows: int) -> Any:
+def synthetic_value(table: str, column: CatalogColumn, serial: int, rng: random.Random, *, keyed: bool, n_rows: int) -> Any:
     """A readable, non-null value for ``column`` of the ``serial``-th row (1-based) of ``table``.
 
     ``keyed`` columns (in a primary key or UNIQUE set) get a value unique to ``serial``.
 
     >>> rng = random.Random(0)
-    >>> synthetic_value("singer", ColumnInfo("Name", "text", False, 0), 7, rng, keyed=False, n_rows=30)
+    >>> synthetic_value("singer", CatalogColumn("Name", "text", False, 0), 7, rng, keyed=False, n_rows=30)
     'Singer 7'
-    >>> synthetic_value("Dogs", ColumnInfo("breed_code", "VARCHAR(10)", False, 1), 7, rng, keyed=True, n_rows=30)
+    >>> synthetic_value("Dogs", CatalogColumn("breed_code", "VARCHAR(10)", False, 1), 7, rng, keyed=True, n_rows=30)
     'B007'
-    >>> synthetic_value("people", ColumnInfo("Birth_Date", "text", False, 0), 1, random.Random(1), keyed=False, n_rows=30)
+    >>> synthetic_value("people", CatalogColumn("Birth_Date", "text", False, 0), 1, random.Random(1), keyed=False, n_rows=30)
     '2006-01-10'
     """
     words = _words(column.name)
@@ -500,7 +372,7 @@ class SynthesisReport:
     elapsed_s: float = 0.0
 
 
-def _fill_set(catalog: dict[str, TableInfo], tables: Sequence[str] | None, where: Path) -> tuple[list[str], list[str]]:
+def _fill_set(catalog: dict[str, CatalogTable], tables: Sequence[str] | None, where: Path) -> tuple[list[str], list[str]]:
     """Tables to fill (requested or empty ones, plus empty tables they reference) and notes."""
     if tables is None:
         wanted = [t for t in catalog if catalog[t].row_count == 0]
@@ -526,7 +398,7 @@ def _fill_set(catalog: dict[str, TableInfo], tables: Sequence[str] | None, where
     return sorted(wanted), notes
 
 
-def fill_order(catalog: dict[str, TableInfo], fill: Sequence[str]) -> tuple[list[str], list[KeyDraw]]:
+def fill_order(catalog: dict[str, CatalogTable], fill: Sequence[str]) -> tuple[list[str], list[CatalogKey]]:
     """Referenced tables before referencing ones; returns the order and the draws to fill last.
 
     When only tables in a cycle remain, the one whose keys into the remaining tables are all
@@ -535,10 +407,10 @@ def fill_order(catalog: dict[str, TableInfo], fill: Sequence[str]) -> tuple[list
     """
     remaining = set(fill)
     order: list[str] = []
-    deferred: list[KeyDraw] = []
+    deferred: list[CatalogKey] = []
 
-    def into_remaining(t: str) -> list[KeyDraw]:
-        return [d for d in catalog[t].draws() if d.ref_table in remaining and d.ref_table != t]
+    def into_remaining(t: str) -> list[CatalogKey]:
+        return [d for d in key_draws(catalog[t]) if d.ref_table in remaining and d.ref_table != t]
 
     while remaining:
         ready = sorted(t for t in remaining if not into_remaining(t))
@@ -567,7 +439,7 @@ def _pool(conn: sqlite3.Connection, table: str, columns: Sequence[str]) -> list[
     return [tuple(r) for r in conn.execute(sql)]
 
 
-def _start_serial(conn: sqlite3.Connection, info: TableInfo) -> int:
+def _start_serial(conn: sqlite3.Connection, info: CatalogTable) -> int:
     """First serial number for new rows: after the existing rows and after the largest integer key."""
     start = info.row_count + 1
     alias = info.rowid_alias
@@ -578,7 +450,7 @@ def _start_serial(conn: sqlite3.Connection, info: TableInfo) -> int:
     return start
 
 
-def _own_rows(conn: sqlite3.Connection, info: TableInfo, n: int, seed: int) -> list[dict[str, Any]]:
+def _own_rows(conn: sqlite3.Connection, info: CatalogTable, n: int, seed: int) -> list[dict[str, Any]]:
     """Synthetic values of every column for ``n`` new rows.
 
     Foreign-key columns get values too; they are only used when there is nothing to draw from
@@ -593,7 +465,7 @@ def _own_rows(conn: sqlite3.Connection, info: TableInfo, n: int, seed: int) -> l
     ]
 
 
-def _existing_keys(conn: sqlite3.Connection, info: TableInfo) -> dict[tuple[str, ...], set[tuple[Any, ...]]]:
+def _existing_keys(conn: sqlite3.Connection, info: CatalogTable) -> dict[tuple[str, ...], set[tuple[Any, ...]]]:
     out: dict[tuple[str, ...], set[tuple[Any, ...]]] = {}
     for s in info.unique_sets:
         cols = ", ".join(quote_ident(c) for c in s)
@@ -603,7 +475,7 @@ def _existing_keys(conn: sqlite3.Connection, info: TableInfo) -> dict[tuple[str,
 
 def _draw(
     pool: list[tuple[Any, ...]],
-    draw: KeyDraw,
+    draw: CatalogKey,
     row: dict[str, Any],
     taken: dict[tuple[str, ...], set[tuple[Any, ...]]],
     rng: random.Random,
@@ -623,9 +495,9 @@ def _draw(
 
 
 def _build_rows(
-    info: TableInfo,
+    info: CatalogTable,
     own: list[dict[str, Any]],
-    pools: dict[KeyDraw, list[tuple[Any, ...]]],
+    pools: dict[CatalogKey, list[tuple[Any, ...]]],
     taken: dict[tuple[str, ...], set[tuple[Any, ...]]],
     seed: int,
 ) -> tuple[list[dict[str, Any]], int]:
@@ -635,7 +507,7 @@ def _build_rows(
     pick among the rows kept so far. ``taken`` (the unique sets' existing values) is updated.
     """
     rng = random.Random(f"{seed}:{info.name}:keys")
-    draws = info.draws()
+    draws = key_draws(info)
     outside = [d for d in draws if d.ref_table != info.name]
     inside = [d for d in draws if d.ref_table == info.name]
     fk_in_keys = any(c in s for d in draws for c in d.columns for s in info.unique_sets)
@@ -680,7 +552,7 @@ def _build_rows(
     return kept, dropped
 
 
-def _insert(conn: sqlite3.Connection, info: TableInfo, rows: list[dict[str, Any]]) -> int:
+def _insert(conn: sqlite3.Connection, info: CatalogTable, rows: list[dict[str, Any]]) -> int:
     """Insert ``rows`` one by one; returns how many SQLite refused (CHECK or other constraints)."""
     names = [c.name for c in info.columns]
     sql = (
@@ -696,7 +568,7 @@ def _insert(conn: sqlite3.Connection, info: TableInfo, rows: list[dict[str, Any]
     return refused
 
 
-def _fill_deferred(conn: sqlite3.Connection, info: TableInfo, draw: KeyDraw, seed: int) -> None:
+def _fill_deferred(conn: sqlite3.Connection, info: CatalogTable, draw: CatalogKey, seed: int) -> None:
     """Give a key left for last (a cycle) values from the referenced table's final rows."""
     pool = _pool(conn, draw.ref_table, draw.ref_columns)
     if not pool:
@@ -716,11 +588,11 @@ def _fill_deferred(conn: sqlite3.Connection, info: TableInfo, draw: KeyDraw, see
                 continue
 
 
-def fk_violations(conn: sqlite3.Connection, catalog: dict[str, TableInfo], tables: Sequence[str]) -> dict[str, int]:
+def fk_violations(conn: sqlite3.Connection, catalog: dict[str, CatalogTable], tables: Sequence[str]) -> dict[str, int]:
     """Rows whose foreign-key value is missing from the referenced column(s), for keys touching ``tables``.
 
     Compared with ``=`` as the join skeletons do (so SQLite's affinity rules apply); NULL
-    values are not violations. Returns only the keys with violations, ``str(KeyDraw)`` -> count.
+    values are not violations. Returns only the keys with violations, ``str(CatalogKey)`` -> count.
     """
     touched = set(tables)
     out: dict[str, int] = {}
@@ -751,12 +623,12 @@ def _fill(conn: sqlite3.Connection, tables: Sequence[str] | None, rows_per_table
     short: dict[str, int] = {}
     for t in order:
         info = catalog[t]
-        pools: dict[KeyDraw, list[tuple[Any, ...]]] = {}
-        for d in info.draws():
+        pools: dict[CatalogKey, list[tuple[Any, ...]]] = {}
+        for d in key_draws(info):
             if d.ref_table == t:
                 continue
             if d in deferred:  # provisional values, replaced by _fill_deferred
-                ref_fk = {c for r in catalog[d.ref_table].draws() for c in r.columns}
+                ref_fk = {c for r in key_draws(catalog[d.ref_table]) for c in r.columns}
                 if not ref_fk & set(d.ref_columns):
                     pools[d] = sorted({tuple(r[c] for c in d.ref_columns) for r in own[d.ref_table]}, key=repr)
                 continue

@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from core.errors import ConfigError, SchemaError
-from data_pipeline.synthesize import fill_order, fk_violations, read_catalog, synthesize_rows
+from core.catalog import read_catalog
+from data_pipeline.synthesize import fill_order, fk_violations, synthesize_rows
 
 QUIRKS_DDL = """
 CREATE TABLE dept (id INTEGER PRIMARY KEY, name TEXT NOT NULL, budget REAL);
