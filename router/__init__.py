@@ -13,7 +13,7 @@ Verbs::
 (The command-line modules ``router.route``, ``router.train_sft`` and ``router.evaluate`` are not
 imported here, so that ``python -m`` runs them without a double import.)
 
-Modules: :mod:`router.backbones` (encoders), :mod:`router.text` (what the router reads about a
+Modules: :mod:`data_pipeline.encoders` (encoders), :mod:`router.text` (what the router reads about a
 schema), :mod:`router.model` (the network and its weights), :mod:`router.checkpoint` (the
 checkpoint's metadata and schema binding), :mod:`router.sft_data` (what SFT and PPO share),
 :mod:`router.policy` (the

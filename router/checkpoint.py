@@ -33,7 +33,7 @@ from core.graph import DEFAULT_MAX_HOPS, SchemaGraph
 from core.io import write_json
 from core.schema import Schema
 from core.values import VALUE_INDEX_FILE, ValueIndex
-from router.backbones import DEFAULT_ENCODER
+from data_pipeline.encoders import DEFAULT_ENCODER
 from router.text import LINK_FEATURES
 
 CHECKPOINT_FORMAT = "route2sql-router"
@@ -113,8 +113,8 @@ class BaseEncoder:
     """The pretrained encoder a slim checkpoint's weights sit on.
 
     Attributes:
-        name: a built-in encoder name or a Hugging Face directory (``router.backbones.resolve_encoder``).
-        sha256: of its weights files (:func:`router.backbones.weights_sha256`); loading refuses
+        name: a built-in encoder name or a Hugging Face directory (``data_pipeline.encoders.resolve_encoder``).
+        sha256: of its weights files (:func:`data_pipeline.encoders.weights_sha256`); loading refuses
             an encoder whose weights hash differently.
     """
 

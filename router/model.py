@@ -32,7 +32,7 @@ Checkpoint layout (:meth:`RouterModel.save_pretrained`)::
     DIR/encoder/            the encoder's Hugging Face config and tokenizer files (no weights)
 
 A slim folder (the default) takes the frozen encoder weights from its base encoder, named by
-the sha256 of its weights files (:func:`router.backbones.weights_sha256`) and refused when that
+the sha256 of its weights files (:func:`data_pipeline.encoders.weights_sha256`) and refused when that
 differs; ``python -m router.export`` writes a full standalone folder. Version-3 folders hold
 every weight and still load.
 """
@@ -55,7 +55,7 @@ from core.graph import JoinPath, SchemaGraph
 from core.io import atomic_directory, write_json
 from core.schema import Table
 from core.values import ValueIndex
-from router.backbones import DEFAULT_ENCODER, load_encoder, load_encoder_model, pool, weights_sha256
+from data_pipeline.encoders import DEFAULT_ENCODER, load_encoder, load_encoder_model, pool, weights_sha256
 from router.checkpoint import (
     CHECKPOINT_FORMAT,
     CHECKPOINT_VERSION,
@@ -308,7 +308,7 @@ class RouterModel(nn.Module):
         ``overrides`` set :class:`RouterModelConfig` fields (``trainable_layers``, ``head_dim``...).
 
         Raises:
-            ConfigError, DownloadError, CheckpointError: as :func:`router.backbones.load_encoder`.
+            ConfigError, DownloadError, CheckpointError: as :func:`data_pipeline.encoders.load_encoder`.
         """
         model, tokenizer, spec = load_encoder(encoder)
         cfg = RouterModelConfig(

