@@ -143,6 +143,7 @@ def setting_config(name: str, data: Path, generations: int) -> Any:
     from evaluation.demo import PROMPT, DemoConfig
     from generator.config import GRPOConfig
     from generator.models import ModelConfig
+    from generator.prompt import PromptOverrides
 
     if name == "defaults":
         return GRPOConfig(data=data, out=Path("."), num_generations=generations)
@@ -152,9 +153,10 @@ def setting_config(name: str, data: Path, generations: int) -> Any:
     # warm start, whose LoRA covers every linear layer
     k = int(PROMPT[PROMPT.index("--k-examples") + 1])
     schema = PROMPT[PROMPT.index("--schema-detail") + 1]
-    return GRPOConfig(data=data, out=Path("."), model=ModelConfig(lora_target_modules=ALL_LINEAR), k_examples=k,
-                      with_reasoning="--no-with-reasoning" not in PROMPT, schema_detail=schema,  # type: ignore[arg-type]
-                      value_linking="--value-linking" in PROMPT, num_generations=generations,
+    prompt = PromptOverrides(k_examples=k, with_reasoning="--no-with-reasoning" not in PROMPT,
+                             schema_detail=schema, value_linking="--value-linking" in PROMPT)  # type: ignore[arg-type]
+    return GRPOConfig(data=data, out=Path("."), model=ModelConfig(lora_target_modules=ALL_LINEAR), prompt=prompt,
+                      num_generations=generations,
                       max_completion_length=DemoConfig(db="northwind").max_new_tokens, loss_type="dapo", beta=0.01,
                       learning_rate=5e-5)  # fmt: skip
 
@@ -163,7 +165,7 @@ def bench_prompt(data: Path, setting: str, pick: str) -> dict[str, Any]:
     """The messages, gold SQL and token count of one training prompt built as ``setting`` builds
     them: the longest one within ``max_prompt_tokens`` or the median one (``pick``)."""
     from core.dataset import load_dataset
-    from generator.prompt import prompt_token_ids, sample_messages
+    from generator.prompt import UNTRAINED_PROMPT, prompt_token_ids, sample_messages
     from generator.models import load_tokenizer, resolve_generator
     from generator.retrieval import ExampleRetriever
 
@@ -171,11 +173,11 @@ def bench_prompt(data: Path, setting: str, pick: str) -> dict[str, Any]:
     ds = load_dataset(data)
     train = ds.split("train")
     tok = load_tokenizer(resolve_generator(cfg.model.model))
-    retriever = ExampleRetriever(train) if cfg.k_examples > 0 else None
+    prompt = cfg.prompt.apply(UNTRAINED_PROMPT)  # the setting starts from the base model (no --init)
+    retriever = ExampleRetriever(train) if prompt.k_examples > 0 else None
 
     def messages(s):  # noqa: ANN001, ANN202
-        return sample_messages(s, ds, retriever, path=s.path, k=cfg.k_examples, with_reasoning=cfg.with_reasoning,
-                               schema_detail=cfg.schema_detail, value_linking=cfg.value_linking)  # fmt: skip
+        return sample_messages(s, ds, retriever, path=s.path, prompt=prompt)
 
     sized = sorted((len(prompt_token_ids(tok, messages(s))), i) for i, s in enumerate(train))
     sized = [x for x in sized if x[0] <= cfg.max_prompt_tokens]

@@ -147,21 +147,27 @@ def plain_text(text: str) -> str:
 
 
 def _bool_flags(config_cls: Any, prefix: str = "") -> set[str]:
-    """Flag names (``progress``, ``reward.use-x``) of the boolean fields of a config dataclass, nested ones too."""
+    """Flag names (``progress``, ``reward.use-x``) of the boolean fields of a config dataclass,
+    optional booleans (``bool | None``) and nested ones too; a nested config marked
+    ``tyro.conf.OmitArgPrefixes`` contributes its flags without the prefix, as tyro names them."""
     if not dataclasses.is_dataclass(config_cls):
         return set()
     try:
-        hints = typing.get_type_hints(config_cls)
+        hints = typing.get_type_hints(config_cls, include_extras=True)
     except Exception:  # an annotation that cannot be resolved: no shorthand for that class
         return set()
     names: set[str] = set()
     for f in dataclasses.fields(config_cls):
         hint = hints.get(f.name)
+        omit_prefix = False
+        if typing.get_origin(hint) is typing.Annotated:
+            omit_prefix = any(m is tyro.conf.OmitArgPrefixes for m in hint.__metadata__)
+            hint = typing.get_args(hint)[0]
         name = prefix + f.name.replace("_", "-")
-        if hint is bool:
+        if hint is bool or hint == (bool | None):
             names.add(name)
         elif isinstance(hint, type) and dataclasses.is_dataclass(hint):
-            names |= _bool_flags(hint, name + ".")
+            names |= _bool_flags(hint, prefix if omit_prefix else name + ".")
     return names
 
 

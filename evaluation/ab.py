@@ -13,8 +13,9 @@ Generation conditions (the generator writes SQL for every question, which is the
 - ``gold``: the labelled path (the upper bound routing can reach).
 
 The prompts are built as a trained ``--generator`` folder records it was trained (retrieved
-examples, schema detail, reasoning; :func:`prompt_settings`), else with 3 examples and the full
-schema; ``--k-examples`` and ``--schema-detail`` override either.
+examples, schema detail, reasoning, value linking), else, for a base model, with 2 retrieved
+examples, reasoning, the full routed schema and linked values; ``--k-examples``,
+``--with-reasoning``, ``--schema-detail`` and ``--value-linking`` override either.
 
 Metrics, per method or condition, overall and by hop count / language / entity kind:
 ``anchor_acc``, ``via_acc``, ``target_acc``, ``full_path_acc``, ``table_set_acc`` (routing);
@@ -38,9 +39,11 @@ from __future__ import annotations
 import time
 from itertools import zip_longest
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any
+
+import tyro
 
 from data_pipeline.backends.registry import check_backend_options, open_backend
 from core.cli import parse, run_main
@@ -49,7 +52,7 @@ from core.errors import ConfigError, Route2SQLError
 from core.graph import JoinPath, SchemaGraph
 from core.io import ensure_writable_dir
 from core.samples import SPLITS, Sample
-from generator.prompt import PromptSettings, check_schema_detail
+from generator.prompt import PromptOverrides, PromptSettings
 from router.evaluate import PathPredictor, path_metrics
 
 ROUTING_METHODS = ("retrieval", "sft", "ppo")
@@ -92,12 +95,8 @@ class ABConfig:
     """Tokens per generated answer at most."""
     batch_size: int = 8
     """Prompts per generate call."""
-    k_examples: int | None = None
-    """Retrieved example queries in each prompt; default: what a trained --generator folder was trained with, else 3."""
-    schema_detail: Literal["full", "compact"] | None = None
-    """Routed schema in each prompt, full or compact (~3x fewer tokens); default: the trained --generator's setting, else full."""
-    value_linking: bool | None = None
-    """List the values each question names as literals in the prompt; default: what a trained generator was trained with, else no."""
+    prompt: Annotated[PromptOverrides, tyro.conf.OmitArgPrefixes] = field(default_factory=PromptOverrides)
+    """Prompt settings for every generator; each one not given is what that generator was trained with (a base model: 2 examples, reasoning, full schema, linked values)."""
     constrained: bool = False
     """Route-constrained decoding: once a query writes FROM, its FROM ... JOIN clause is the path's (no_path is never constrained)."""
     samples: int = 1
@@ -131,9 +130,6 @@ class ABConfig:
             if not sep or not name or not path or "/" in name:
                 raise ConfigError(f"expected NAME=MODEL_OR_FOLDER, got {g!r}", where="--generators")
             generator_prompt(path)  # the settings after ? must parse
-        if self.k_examples is not None and self.k_examples < 0:
-            raise ConfigError(f"must be >= 0, got {self.k_examples}", where="--k-examples")
-        check_schema_detail(self.schema_detail)
         if not self.timeout_s > 0 or self.timeout_s == float("inf"):  # also refuses NaN
             raise ConfigError(f"must be a positive number of seconds, got {self.timeout_s}", where="--timeout-s")
         check_backend_options(self.backend, None, self.uri, db_required=False)
@@ -339,25 +335,23 @@ def execution_metrics(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 def prompt_settings(cfg: ABConfig, generator: str | None = None, overrides: dict[str, Any] | None = None) -> PromptSettings:
     """The prompt settings for ``generator`` (default: ``cfg.generator``): each option given on the
-    command line, else what the trained generator folder records it was trained with (a
-    generator trained on compact k=0 prompts is evaluated on compact k=0 prompts), else the
-    base-model defaults (3 examples, reasoning, full schema, no value linking).
+    command line, else the generator's own ``overrides`` (the settings after ``?`` in
+    ``--generators``), else what the trained generator folder records it was trained with (a
+    generator trained on compact k=0 prompts is evaluated on compact k=0 prompts), else
+    :data:`generator.prompt.UNTRAINED_PROMPT`.
 
     Raises:
-        ConfigError: the generator names a folder whose ``route2sql_generator.json`` is unreadable.
+        ConfigError: the generator names a folder whose ``route2sql_generator.json`` is unreadable,
+            or an override is out of range.
     """
-    from generator.folders import GENERATOR_META, trained_prompt
+    from generator.folders import prompt_settings_for
 
     generator = cfg.generator if generator is None else generator
-    recorded: dict[str, Any] = {"k_examples": 3}
-    if generator and (Path(generator) / GENERATOR_META).is_file():
-        try:
-            recorded = {"k_examples": 3} | trained_prompt(generator)
-        except Route2SQLError as exc:
-            raise ConfigError(exc.message, where="--generator") from exc
-    recorded |= overrides or {}
-    return PromptSettings.from_recorded(recorded, k_examples=cfg.k_examples, schema_detail=cfg.schema_detail,
-                                        value_linking=cfg.value_linking)  # fmt: skip
+    try:
+        settings = prompt_settings_for(generator or None, PromptOverrides(**(overrides or {})))
+    except Route2SQLError as exc:
+        raise ConfigError(exc.message, where="--generator") from exc
+    return cfg.prompt.apply(settings)
 
 
 def run_generation(
@@ -399,9 +393,7 @@ def run_generation(
     rows_by_condition: dict[str, list[dict[str, Any]]] = {}
     for condition, paths in paths_by_condition.items():
         prompts = [
-            prompt_token_ids(tokenizer, sample_messages(s, ds, retriever, path=p, k=ps.k_examples,
-                                                        with_reasoning=ps.with_reasoning, schema_detail=ps.schema_detail,
-                                                        value_linking=ps.value_linking))
+            prompt_token_ids(tokenizer, sample_messages(s, ds, retriever, path=p, prompt=ps))
             for s, p in zip(samples, paths, strict=True)
         ]
         clauses = [ds.graph.from_clause(p) if cfg.constrained and p is not None else None for p in paths]

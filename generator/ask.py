@@ -39,11 +39,11 @@ from core.errors import CheckpointError, ConfigError, DataError, SchemaError
 from core.graph import JoinPath
 from core.io import ensure_writable_dir, read_jsonl_lines, write_jsonl
 from generator.consistency import vote
-from generator.folders import GENERATOR_META, load_policy, trained_prompt
+from generator.folders import GENERATOR_META, load_policy, prompt_settings_for
 from generator.prompt import prompt_token_ids
 from generator.sampling import generate_answers
 from generator.models import ModelConfig
-from generator.prompt import PromptSettings, build_prompt
+from generator.prompt import PromptOverrides, PromptSettings, build_prompt
 from rewards.answer import parse_answer
 
 SHOWN_ROWS = 10
@@ -129,7 +129,7 @@ class AskPipeline:
         self.model = model
         self.tokenizer = tokenizer
         self.db_path = Path(db_path)
-        self.prompt = prompt or PromptSettings()
+        self.prompt = prompt or PromptSettings(k_examples=0)
         self.constrained = constrained
         self.samples = samples
         self.temperature = temperature
@@ -163,11 +163,10 @@ class AskPipeline:
         gen = Path(generator_dir)
         if (gen / GENERATOR_META).is_file():
             model, tokenizer, _ = load_policy(ModelConfig(), gen)
-            recorded = trained_prompt(gen)
         else:  # a base model: a name or a causal-LM folder
             model, tokenizer, _ = load_policy(ModelConfig(model=str(generator_dir)))
-            recorded = {}
-        options.setdefault("prompt", PromptSettings.from_recorded(recorded, k_examples=0))
+        # as the generator was trained, without retrieved examples (ask has no training split to draw from)
+        options.setdefault("prompt", prompt_settings_for(gen, PromptOverrides(k_examples=0)))
         return cls(router, model, tokenizer, db_path, **options)
 
     def close(self) -> None:

@@ -20,7 +20,7 @@ import tyro
 from core.errors import ConfigError
 from generator.grpo import LOSS_TYPES
 from generator.models import ModelConfig
-from generator.prompt import check_schema_detail
+from generator.prompt import PromptOverrides, PromptSettings
 from rewards.sql import SQLRewardConfig
 
 SPLIT_NAMES = ("train", "validation", "test", "test_heldout")
@@ -32,13 +32,6 @@ DAPO_EPSILON_HIGH = 0.28
 def _positive(value: float, flag: str) -> None:
     if not value > 0:  # also refuses NaN
         raise ConfigError(f"must be positive, got {value}", where=flag)
-
-
-def _check_prompt(k_examples: int, max_prompt_tokens: int, schema_detail: str | None = "full") -> None:
-    if k_examples < 0:
-        raise ConfigError(f"must be >= 0, got {k_examples}", where="--k-examples")
-    _positive(max_prompt_tokens, "--max-prompt-tokens")
-    check_schema_detail(schema_detail)
 
 
 @dataclass
@@ -56,14 +49,8 @@ class GeneratorSFTConfig:
     """Base model, precision and LoRA settings."""
 
     # ---- prompt
-    k_examples: int = 1
-    """Retrieved few-shot examples in each training prompt (the sample itself is never one of them)."""
-    with_reasoning: bool = True
-    """Train the <reasoning>...</reasoning><answer>...</answer> format (False: <answer> only)."""
-    schema_detail: Literal["full", "compact"] = "full"
-    """Routed tables with types, descriptions and sample values (full), or as Table(col, ...) lines (compact, ~3x fewer tokens)."""
-    value_linking: bool = True
-    """List the database values each question names (the data set's value index) as the literals to use."""
+    prompt: Annotated[PromptSettings, tyro.conf.OmitArgPrefixes] = field(default_factory=PromptSettings)
+    """How each training prompt is built; recorded in the output folder, so later commands prompt the same way."""
     max_prompt_tokens: int = 2048
     """Samples whose prompt + answer is longer are skipped (and counted)."""
 
@@ -98,7 +85,7 @@ class GeneratorSFTConfig:
     """Show a progress bar."""
 
     def __post_init__(self) -> None:
-        _check_prompt(self.k_examples, self.max_prompt_tokens, self.schema_detail)
+        _positive(self.max_prompt_tokens, "--max-prompt-tokens")
         _positive(self.learning_rate, "--learning-rate")
         if not 0.0 <= self.warmup_ratio < 1.0:
             raise ConfigError(f"must be in [0, 1), got {self.warmup_ratio}", where="--warmup-ratio")
@@ -135,14 +122,8 @@ class GRPOConfig:
     """Reward weights and SQL execution limits (the weights of the GRPO text-to-SQL write-up by default)."""
 
     # ---- prompt
-    k_examples: int = 2
-    """Retrieved few-shot examples in each prompt (a base model needs them to write the answer tags)."""
-    with_reasoning: bool = True
-    """Ask for <reasoning> before <answer>."""
-    schema_detail: Literal["full", "compact"] = "full"
-    """Routed tables with types, descriptions and sample values (full), or as Table(col, ...) lines (compact, ~3x fewer tokens)."""
-    value_linking: bool = True
-    """List the database values each question names (the data set's value index) as the literals to use."""
+    prompt: Annotated[PromptOverrides, tyro.conf.OmitArgPrefixes] = field(default_factory=PromptOverrides)
+    """Prompt settings; each one not given is what --init was trained with (a base model: 2 examples, reasoning, full schema, linked values)."""
     max_prompt_tokens: int = 2048
     """Training samples whose prompt is longer are left out (and counted)."""
 
@@ -225,8 +206,8 @@ class GRPOConfig:
     """Show a progress bar on the main process."""
 
     def __post_init__(self) -> None:
-        _check_prompt(self.k_examples, self.max_prompt_tokens, self.schema_detail)
-        if not self.with_reasoning:  # answers without a reasoning block are the asked-for format
+        _positive(self.max_prompt_tokens, "--max-prompt-tokens")
+        if self.prompt.with_reasoning is False:  # answers without a reasoning block are the asked-for format
             self.reward = replace(self.reward, require_reasoning=False)
         if self.num_generations < 2:
             raise ConfigError(f"must be >= 2 (advantages compare completions of a group), got {self.num_generations}",
@@ -331,14 +312,8 @@ class GenerateConfig:
     """Base model and precision (LoRA settings come from --generator)."""
     reward: Annotated[SQLRewardConfig, tyro.conf.OmitArgPrefixes] = field(default_factory=SQLRewardConfig)
     """Execution limits and weights used to score each answer."""
-    k_examples: int = 2
-    """Retrieved few-shot examples (from the training split) in each prompt."""
-    with_reasoning: bool = True
-    """Ask for <reasoning> before <answer>."""
-    schema_detail: Literal["full", "compact"] | None = None
-    """full or compact routed schema (see train_sft --help); default: what --generator was trained with, else full."""
-    value_linking: bool | None = None
-    """List the values each question names as literals; default: what --generator was trained with, else no."""
+    prompt: Annotated[PromptOverrides, tyro.conf.OmitArgPrefixes] = field(default_factory=PromptOverrides)
+    """Prompt settings; each one not given is what --generator was trained with (a base model: 2 examples, reasoning, full schema, linked values)."""
     max_prompt_tokens: int = 4096
     """Prompts longer than this are cut from the left (the question stays)."""
     max_new_tokens: int = 192
@@ -361,8 +336,8 @@ class GenerateConfig:
             raise ConfigError(f"must be one of {', '.join(SPLIT_NAMES)}, got {self.split!r}", where="--split")
         if self.no_path and self.router is not None:
             raise ConfigError(f"--no-path conflicts with --router {self.router}", where="--no-path")
-        _check_prompt(self.k_examples, self.max_prompt_tokens, self.schema_detail)
-        if not self.with_reasoning:
+        _positive(self.max_prompt_tokens, "--max-prompt-tokens")
+        if self.prompt.with_reasoning is False:
             self.reward = replace(self.reward, require_reasoning=False)
         _positive(self.max_new_tokens, "--max-new-tokens")
         _positive(self.batch_size, "--batch-size")

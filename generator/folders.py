@@ -20,6 +20,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from core.errors import CheckpointError, ConfigError
 from core.io import atomic_directory, write_json
 from generator.models import DEFAULT_GENERATOR, ModelConfig, load_generator
+from generator.prompt import UNTRAINED_PROMPT, PromptOverrides, PromptSettings
 
 GENERATOR_META = "route2sql_generator.json"
 """File in a trained generator folder naming its base model and how it was trained."""
@@ -91,6 +92,19 @@ def trained_prompt(path: str | Path | None) -> dict[str, Any]:
         return prompt
     cfg = meta.get("config")
     return {k: cfg[k] for k in ("k_examples", "with_reasoning", "schema_detail") if k in cfg} if isinstance(cfg, dict) else {}
+
+
+def prompt_settings_for(generator: str | Path | None, overrides: PromptOverrides | None = None) -> PromptSettings:
+    """The settings to prompt ``generator`` with: what a trained generator folder records it was
+    trained with, else :data:`~generator.prompt.UNTRAINED_PROMPT` (a base model's name or
+    folder, or None for the default base model); every setting given in ``overrides`` wins.
+
+    Raises:
+        CheckpointError: ``generator`` is a generator folder whose meta cannot be read.
+    """
+    trained = generator is not None and (Path(generator) / GENERATOR_META).is_file()
+    settings = PromptSettings.from_recorded(trained_prompt(generator)) if trained else UNTRAINED_PROMPT
+    return (overrides or PromptOverrides()).apply(settings)
 
 
 def load_policy(cfg: ModelConfig, init: str | Path | None = None) -> tuple[PreTrainedModel, PreTrainedTokenizerBase, ModelConfig]:

@@ -11,6 +11,7 @@ import json
 import random
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,7 @@ from core.dataset import load_dataset
 from core.errors import ConfigError
 from core.graph import JoinPath
 from core.io import write_json, write_jsonl
-from generator.folders import load_policy, trained_prompt
+from generator.folders import load_policy, prompt_settings_for
 from generator.prompt import prompt_token_ids, route_paths, sample_messages
 from generator.retrieval import ExampleRetriever
 from generator.sampling import generate_answers
@@ -48,22 +49,20 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     if not samples:
         raise ConfigError(f"split {cfg.split!r} of {cfg.data} has no samples", where="--split")
     model, tokenizer, _ = load_policy(cfg.model, cfg.generator)
-    detail = cfg.schema_detail or trained_prompt(cfg.generator).get("schema_detail", "full")
-    linking = cfg.value_linking if cfg.value_linking is not None else bool(trained_prompt(cfg.generator).get("value_linking", False))
-    retriever = ExampleRetriever(ds.split("train")) if cfg.k_examples > 0 else None
+    prompt = prompt_settings_for(cfg.generator, cfg.prompt)  # as --generator was trained, unless told otherwise
+    reward = cfg.reward if prompt.with_reasoning else replace(cfg.reward, require_reasoning=False)
+    retriever = ExampleRetriever(ds.split("train")) if prompt.k_examples > 0 else None
     paths: list[JoinPath | None] = [None] * len(samples) if cfg.no_path else list(route_paths(samples, cfg.router, ds))
     prompts = []
     for s, p in zip(samples, paths, strict=True):
-        ids = prompt_token_ids(tokenizer, sample_messages(s, ds, retriever, path=p, k=cfg.k_examples,
-                                                          with_reasoning=cfg.with_reasoning, schema_detail=detail,
-                                                          value_linking=linking))  # fmt: skip
+        ids = prompt_token_ids(tokenizer, sample_messages(s, ds, retriever, path=p, prompt=prompt))
         prompts.append(ids[-cfg.max_prompt_tokens :])
     t0 = time.perf_counter()
     answers = generate_answers(model, tokenizer, prompts, max_new_tokens=cfg.max_new_tokens,
                                batch_size=cfg.batch_size, temperature=cfg.temperature, progress=cfg.progress)
     gen_s = time.perf_counter() - t0
-    with cfg.reward.make_scorer() as scorer:  # worker processes: every answer under a hard deadline
-        comps = sql_reward_components(answers, [s.sql for s in samples], ds.db_path, cfg.reward, scorer)
+    with reward.make_scorer() as scorer:  # worker processes: every answer under a hard deadline
+        comps = sql_reward_components(answers, [s.sql for s in samples], ds.db_path, reward, scorer)
     records = []
     for s, p, a, c in zip(samples, paths, answers, comps, strict=True):
         records.append({"id": s.id, "question": s.question, "path": None if p is None else str(p),
@@ -74,8 +73,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         "n": n,
         "generator": str(cfg.generator) if cfg.generator else cfg.model.model,
         "path_source": "none" if cfg.no_path else ("router" if cfg.router else "gold"),
-        "k_examples": cfg.k_examples,
-        "schema_detail": detail,
+        **prompt.to_dict(),
         "max_new_tokens": cfg.max_new_tokens,
         "truncated_rate": sum(1 for r in records if "</answer>" not in r["completion"]) / n,
         "execution_accuracy": sum(r["exact"] for r in records) / n,

@@ -42,9 +42,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from core.errors import ConfigError
 from core.graph import JoinPath, SchemaGraph
@@ -229,20 +229,25 @@ def system_message(with_reasoning: bool = True) -> str:
 
 @dataclass(frozen=True)
 class PromptSettings:
-    """How a generator's prompts are built (one contract for training, evaluation and ``generator.ask``).
+    """How a generator's prompts are built: one contract for training, evaluation and ``generator.ask``.
 
-    A trained generator folder records the settings it was trained with (its meta's ``prompt``);
-    :meth:`from_recorded` reads them back so a model is always asked the way it was taught.
+    ``generator.train_sft`` takes these on its command line (the defaults below are its defaults)
+    and every trained generator folder records the settings it was trained with (its meta's
+    ``prompt``); :meth:`from_recorded` reads them back, so a model is always asked the way it was
+    taught. Commands that use a trained generator take :class:`PromptOverrides` instead.
+
+    Raises:
+        ConfigError: ``k_examples < 0`` or an unknown ``schema_detail``.
     """
 
-    k_examples: int = 0
-    """Retrieved example queries shown before the question."""
+    k_examples: int = 1
+    """Retrieved few-shot examples in each prompt (from the training split; a sample is never its own example)."""
     with_reasoning: bool = True
-    """Ask for <reasoning> before <answer> (False: the answer alone, shorter and cheaper)."""
-    schema_detail: str = "full"
-    """Routed tables in full (types, descriptions, sample values) or compact (names only)."""
-    value_linking: bool = False
-    """List the database values the question names as the literals to use (value linking)."""
+    """Ask for <reasoning>...</reasoning> before <answer>...</answer> (False: the answer alone, shorter and cheaper)."""
+    schema_detail: Literal["full", "compact"] = "full"
+    """Routed tables with types, descriptions and sample values (full), or as Table(col, ...) lines (compact, ~3x fewer tokens)."""
+    value_linking: bool = True
+    """List the database values the question names (the data set's value index) as the literals to use."""
 
     def __post_init__(self) -> None:
         if self.k_examples < 0:
@@ -250,17 +255,62 @@ class PromptSettings:
         check_schema_detail(self.schema_detail)
 
     def to_dict(self) -> dict[str, Any]:
+        """The settings as the JSON object a generator folder records."""
         return asdict(self)
 
     @classmethod
     def from_recorded(cls, recorded: dict[str, Any], **overrides: Any) -> PromptSettings:
         """Settings from a generator folder's recorded ``prompt`` dict; ``overrides`` that are not
-        None win; a key the folder does not record takes the dataclass default (older folders
-        predate value linking, so it stays off for them)."""
+        None win. A folder that records no ``value_linking`` predates it, so it stays off; any
+        other key the folder does not record takes the dataclass default; unknown keys (such as
+        ``path``) are ignored."""
         known = {f.name for f in fields(cls)}
-        values = {k: v for k, v in recorded.items() if k in known}
+        values = {"value_linking": False} | {k: v for k, v in recorded.items() if k in known}
         values |= {k: v for k, v in overrides.items() if v is not None and k in known}
         return cls(**values)
+
+
+UNTRAINED_PROMPT = PromptSettings(k_examples=2)
+"""How a model that was not trained by this project is prompted unless told otherwise: two
+retrieved examples (a base model needs them to write the answer tags), reasoning, the full
+routed schema, linked values."""
+
+
+@dataclass(frozen=True)
+class PromptOverrides:
+    """Prompt settings given to a command that uses a generator (GRPO, generate, the A/B
+    evaluation); each one left at None is what the generator was trained with (its folder's
+    recorded :class:`PromptSettings`), or :data:`UNTRAINED_PROMPT`'s for a base model.
+
+    Raises:
+        ConfigError: ``k_examples < 0`` or an unknown ``schema_detail``.
+    """
+
+    k_examples: int | None = None
+    """Retrieved few-shot examples in each prompt; default: as the generator was trained (a base model: 2)."""
+    with_reasoning: bool | None = None
+    """Ask for <reasoning> before <answer>; default: as the generator was trained (a base model: yes)."""
+    schema_detail: Literal["full", "compact"] | None = None
+    """full or compact routed schema; default: as the generator was trained (a base model: full)."""
+    value_linking: bool | None = None
+    """List the values each question names as literals; default: as the generator was trained (a base model: yes)."""
+
+    def __post_init__(self) -> None:
+        if self.k_examples is not None and self.k_examples < 0:
+            raise ConfigError(f"must be >= 0, got {self.k_examples}", where="--k-examples")
+        check_schema_detail(self.schema_detail)
+
+    def given(self) -> dict[str, Any]:
+        """The settings that were given (not None)."""
+        return {k: v for k, v in asdict(self).items() if v is not None}
+
+    def apply(self, settings: PromptSettings) -> PromptSettings:
+        """``settings`` with every given override in place.
+
+        >>> PromptOverrides(k_examples=0).apply(PromptSettings(k_examples=3, with_reasoning=False))
+        PromptSettings(k_examples=0, with_reasoning=False, schema_detail='full', value_linking=True)
+        """
+        return replace(settings, **self.given())
 
 
 MAX_VALUES_SHOWN = 3
@@ -376,19 +426,18 @@ def sample_messages(
     retriever: ExampleRetriever | None,
     *,
     path: JoinPath | None,
-    k: int,
-    with_reasoning: bool = True,
-    schema_detail: str = "full",
-    value_linking: bool = False,
+    prompt: PromptSettings,
 ) -> list[Message]:
-    """The prompt of one sample: its question, ``path`` (routed, gold or None) and ``k`` retrieved
-    examples from the training split (never the sample itself); ``schema_detail`` as in
-    :func:`generator.prompt.build_prompt`; with ``value_linking`` the values the data set's value
-    index finds in the question are listed as the literals to use."""
+    """The prompt of one sample, built as ``prompt`` says: its question, ``path`` (routed, gold or
+    None), ``prompt.k_examples`` examples retrieved from the training split (never the sample
+    itself; none without a ``retriever``), the schema in ``prompt.schema_detail`` (as in
+    :func:`build_prompt`) and, with ``prompt.value_linking``, the values the data set's value
+    index finds in the question as the literals to use."""
+    k = prompt.k_examples
     examples = retriever.for_sample(sample, k) if retriever is not None and k > 0 else []
-    values = ds.values.lookup(sample.question) if value_linking and ds.values is not None else []
-    return build_prompt(sample.question, path, ds.schema, ds.graph, examples, k=k, with_reasoning=with_reasoning,
-                        schema_detail=schema_detail, values=values)  # fmt: skip
+    values = ds.values.lookup(sample.question) if prompt.value_linking and ds.values is not None else []
+    return build_prompt(sample.question, path, ds.schema, ds.graph, examples, k=k, with_reasoning=prompt.with_reasoning,
+                        schema_detail=prompt.schema_detail, values=values)  # fmt: skip
 
 
 def route_paths(samples: Sequence[Sample], router_dir: Path | None, ds: BuiltDataset) -> list[JoinPath]:

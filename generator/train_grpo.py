@@ -43,7 +43,7 @@ import re
 import shutil
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -61,8 +61,8 @@ from core.graph import JoinPath
 from core.io import atomic_directory, atomic_write_bytes, ensure_writable_dir, read_jsonl, write_json, write_jsonl
 from core.samples import Sample
 from generator.config import GRPOConfig, config_to_dict
-from generator.folders import load_policy, write_generator
-from generator.prompt import prompt_token_ids, route_paths, sample_messages
+from generator.folders import load_policy, prompt_settings_for, write_generator
+from generator.prompt import PromptSettings, prompt_token_ids, route_paths, sample_messages
 from generator.sampling import Completions, model_device, sample_group
 from generator.grpo import group_advantages, group_mean_std, grpo_loss, plan_dynamic_sampling, zero_std_groups
 from generator.grpo_logprobs import group_logprobs
@@ -93,23 +93,19 @@ def build_prompts(
     paths: Sequence[JoinPath],
     tokenizer: PreTrainedTokenizerBase,
     *,
-    k: int,
-    with_reasoning: bool,
+    prompt: PromptSettings,
     max_tokens: int,
-    schema_detail: str = "full",
-    value_linking: bool = False,
 ) -> tuple[list[Prompt], int]:
-    """Tokenised prompts of ``samples`` (examples retrieved from the training split, never the
-    sample itself); prompts over ``max_tokens`` are left out.
+    """Tokenised prompts of ``samples``, built as ``prompt`` says (examples retrieved from the
+    training split, never the sample itself); prompts over ``max_tokens`` are left out.
 
     Returns:
         ``(prompts, n_too_long)``.
     """
-    retriever = ExampleRetriever(ds.split("train")) if k > 0 else None
+    retriever = ExampleRetriever(ds.split("train")) if prompt.k_examples > 0 else None
     out, skipped = [], 0
     for s, p in zip(samples, paths, strict=True):
-        ids = prompt_token_ids(tokenizer, sample_messages(s, ds, retriever, path=p, k=k, with_reasoning=with_reasoning,
-                                                          schema_detail=schema_detail, value_linking=value_linking))  # fmt: skip
+        ids = prompt_token_ids(tokenizer, sample_messages(s, ds, retriever, path=p, prompt=prompt))
         if len(ids) > max_tokens:
             skipped += 1
             continue
@@ -644,13 +640,15 @@ def train(cfg: GRPOConfig) -> GRPOResult:
     if cfg.resume and resume_from is None:
         raise CheckpointError("--resume given but no checkpoint-* folder here", where=out)
     model, tokenizer, model_cfg = load_policy(cfg.model, resume_from or cfg.init)
+    prompt = prompt_settings_for(cfg.init, cfg.prompt)  # as --init was trained, unless told otherwise
+    if not prompt.with_reasoning:  # answers without a reasoning block are the asked-for format
+        cfg = replace(cfg, reward=replace(cfg.reward, require_reasoning=False))
     model.to(accelerator.device)
     ref_model = None
     if cfg.beta > 0 and not model_cfg.use_lora:
         ref_model = make_reference_model(model_cfg).to(accelerator.device)
-    prompts, too_long = build_prompts(ds, train, route_paths(train, cfg.router, ds), tokenizer, k=cfg.k_examples,
-                                      with_reasoning=cfg.with_reasoning, max_tokens=cfg.max_prompt_tokens,
-                                      schema_detail=cfg.schema_detail, value_linking=cfg.value_linking)  # fmt: skip
+    prompts, too_long = build_prompts(ds, train, route_paths(train, cfg.router, ds), tokenizer, prompt=prompt,
+                                      max_tokens=cfg.max_prompt_tokens)  # fmt: skip
     if not prompts:
         raise DataError(f"every training prompt is longer than --max-prompt-tokens {cfg.max_prompt_tokens}", where=cfg.data)
     scorer = cfg.reward.make_scorer().start()  # the scoring workers start while the model loads
@@ -708,9 +706,7 @@ def train(cfg: GRPOConfig) -> GRPOResult:
         writer = SummaryWriter(str(out / "runs"), purge_step=start_step + 1 if start_step else None)
     meta = {"trained_by": "generator.train_grpo", "base_model": model_cfg.model,
             "init": str(cfg.init) if cfg.init else None, "config": config_to_dict(cfg),
-            "prompt": {"k_examples": cfg.k_examples, "with_reasoning": cfg.with_reasoning,
-                       "path": "router" if cfg.router else "gold", "schema_detail": cfg.schema_detail,
-                       "value_linking": cfg.value_linking}}  # fmt: skip
+            "prompt": prompt.to_dict() | {"path": "router" if cfg.router else "gold"}}
 
     # ---- the loop
     model.train()

@@ -33,7 +33,7 @@ from core.io import ensure_writable_dir
 from core.samples import Sample
 from generator.config import GeneratorSFTConfig, config_to_dict
 from generator.folders import load_policy, save_generator
-from generator.prompt import prompt_token_ids, sample_messages
+from generator.prompt import PromptSettings, prompt_token_ids, sample_messages
 from generator.prompt import path_reasoning, render_completion
 from generator.retrieval import ExampleRetriever
 
@@ -57,14 +57,12 @@ def build_examples(
     ds: BuiltDataset,
     tokenizer: PreTrainedTokenizerBase,
     *,
-    k: int,
-    with_reasoning: bool,
+    prompt: PromptSettings,
     max_tokens: int,
     retriever: ExampleRetriever | None,
-    schema_detail: str = "full",
-    value_linking: bool = False,
 ) -> tuple[list[SFTExample], int]:
-    """Tokenise every sample's prompt (gold path) and target; drop those over ``max_tokens``.
+    """Tokenise every sample's prompt (gold path, built as ``prompt`` says) and target; drop
+    those over ``max_tokens``.
 
     Returns:
         ``(examples, n_skipped)``.
@@ -73,15 +71,12 @@ def build_examples(
     out: list[SFTExample] = []
     skipped = 0
     for s in samples:
-        prompt = prompt_token_ids(tokenizer, sample_messages(s, ds, retriever, path=s.path, k=k,
-                                                             with_reasoning=with_reasoning,
-                                                             schema_detail=schema_detail,
-                                                             value_linking=value_linking))  # fmt: skip
-        target = tokenizer(target_text(s, with_reasoning) + eos, add_special_tokens=False)["input_ids"]
-        if len(prompt) + len(target) > max_tokens:
+        ids = prompt_token_ids(tokenizer, sample_messages(s, ds, retriever, path=s.path, prompt=prompt))
+        target = tokenizer(target_text(s, prompt.with_reasoning) + eos, add_special_tokens=False)["input_ids"]
+        if len(ids) + len(target) > max_tokens:
             skipped += 1
             continue
-        out.append(SFTExample(s.id, prompt, list(target)))
+        out.append(SFTExample(s.id, ids, list(target)))
     return out, skipped
 
 
@@ -167,10 +162,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     if cfg.max_train_samples is not None and cfg.max_train_samples < len(pool):
         pool = rng.sample(pool, cfg.max_train_samples)
     model, tokenizer, model_cfg = load_policy(cfg.model)
-    retriever = ExampleRetriever(train) if cfg.k_examples > 0 else None
-    examples, skipped = build_examples(pool, ds, tokenizer, k=cfg.k_examples, with_reasoning=cfg.with_reasoning,
-                                       max_tokens=cfg.max_prompt_tokens, retriever=retriever,
-                                       schema_detail=cfg.schema_detail, value_linking=cfg.value_linking)  # fmt: skip
+    retriever = ExampleRetriever(train) if cfg.prompt.k_examples > 0 else None
+    examples, skipped = build_examples(pool, ds, tokenizer, prompt=cfg.prompt, max_tokens=cfg.max_prompt_tokens,
+                                       retriever=retriever)  # fmt: skip
     if not examples:
         raise DataError(f"every training prompt is longer than --max-prompt-tokens {cfg.max_prompt_tokens}",
                         where=cfg.data)  # fmt: skip
@@ -220,8 +214,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         "trained_by": "generator.train_sft",
         "base_model": model_cfg.model,
         "config": config_to_dict(cfg),
-        "prompt": {"k_examples": cfg.k_examples, "with_reasoning": cfg.with_reasoning, "path": "gold",
-                   "schema_detail": cfg.schema_detail, "value_linking": cfg.value_linking},
+        "prompt": cfg.prompt.to_dict() | {"path": "gold"},
         "n_train_examples": len(examples),
         "n_skipped_too_long": skipped,
         "steps": total_steps,

@@ -38,7 +38,7 @@ SCRIPT = textwrap.dedent(
 
     from generator.config import GRPOConfig
     from generator.models import ModelConfig
-    from generator.prompt import render_completion
+    from generator.prompt import PromptOverrides, render_completion
     from generator.train_grpo import score_completions, train
     from rewards.sql import SQLRewardConfig
 
@@ -62,7 +62,7 @@ SCRIPT = textwrap.dedent(
         "threads_before": threads_before, "threads_after": threading.active_count()}))
 
     cfg = GRPOConfig(data=Path(data), out=out / "run", model=ModelConfig(model=model, lora_r=4, lora_dropout=0.0),
-                     num_generations=2, max_completion_length=5, k_examples=0, max_steps=2, learning_rate=1e-2,
+                     num_generations=2, max_completion_length=5, prompt=PromptOverrides(k_examples=0), max_steps=2, learning_rate=1e-2,
                      skip_smoke_test=True, dynamic_sampling="off", virtual_full_score=True, save_steps=1,
                      progress=False, threads=1)
     result = train(cfg)

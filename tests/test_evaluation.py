@@ -11,9 +11,11 @@ import pytest
 
 from data_pipeline import JoinPath, Sample, SchemaGraph, build_dataset
 from data_pipeline.pipeline import BuildConfig
+from core.cli import parse
 from core.errors import ConfigError
 from core.schema import Column, ForeignKey, Schema, Table
 from evaluation.ab import ABConfig, evaluate, execution_metrics, select_samples, table_set_acc
+from generator.prompt import PromptOverrides
 from evaluation.gold_paths import derive_gold_path
 from router.evaluate import path_metrics
 
@@ -177,17 +179,21 @@ def test_spider_gold_route_tables_include_nested() -> None:
 
 
 def test_ab_prompts_follow_a_trained_generator_unless_told_otherwise(tmp_path: Path) -> None:
-    from evaluation.ab import PromptSettings, prompt_settings
+    from evaluation.ab import PromptOverrides, PromptSettings, prompt_settings
 
     gen = tmp_path / "gen"
     gen.mkdir()
     (gen / "route2sql_generator.json").write_text(json.dumps(
         {"prompt": {"k_examples": 0, "with_reasoning": False, "schema_detail": "compact"}}), encoding="utf-8")
-    assert prompt_settings(ABConfig(data="d", generator=str(gen))) == PromptSettings(0, False, "compact")
-    assert prompt_settings(ABConfig(data="d", generator=str(gen), k_examples=2, schema_detail="full")) == \
-        PromptSettings(2, False, "full")
-    # a base model (no trained-generator meta): 3 examples, reasoning, full schema
-    assert prompt_settings(ABConfig(data="d")) == PromptSettings(3, True, "full")
+    # a folder that records no value_linking predates it: off
+    assert prompt_settings(ABConfig(data="d", generator=str(gen))) == PromptSettings(0, False, "compact", False)
+    given = PromptOverrides(k_examples=2, schema_detail="full")
+    assert prompt_settings(ABConfig(data="d", generator=str(gen), prompt=given)) == PromptSettings(2, False, "full", False)
+    # the settings after ? in --generators apply, and the command line's win over them
+    assert prompt_settings(ABConfig(data="d", prompt=given), str(gen), {"k_examples": 4, "value_linking": True}) == \
+        PromptSettings(2, False, "full", True)
+    # a base model (no trained-generator meta): 2 examples, reasoning, full schema, linked values
+    assert prompt_settings(ABConfig(data="d")) == PromptSettings(2, True, "full", True)
     (gen / "route2sql_generator.json").write_text("{not json", encoding="utf-8")
     with pytest.raises(ConfigError, match=r"^--generator: .*unreadable"):
         prompt_settings(ABConfig(data="d", generator=str(gen)))
@@ -195,6 +201,9 @@ def test_ab_prompts_follow_a_trained_generator_unless_told_otherwise(tmp_path: P
 
 def test_bad_prompt_options_name_their_flag() -> None:
     with pytest.raises(ConfigError, match="^--schema-detail: "):
-        ABConfig(data="d", schema_detail="tiny")
+        ABConfig(data="d", prompt=PromptOverrides(schema_detail="tiny"))
     with pytest.raises(ConfigError, match="^--k-examples: "):
-        ABConfig(data="d", k_examples=-1)
+        ABConfig(data="d", prompt=PromptOverrides(k_examples=-1))
+    with pytest.raises(SystemExit) as exit_info:
+        parse(ABConfig, ["--data", "d", "--k-examples", "-1"])
+    assert exit_info.value.code == 2

@@ -19,6 +19,7 @@ from conftest import make_tiny_shop
 from data_pipeline import BuildConfig, build_dataset, load_dataset
 from core.errors import ConfigError, Route2SQLError
 from generator.config import GRPOConfig
+from generator.prompt import PromptOverrides
 from generator.folders import load_policy, save_generator
 from generator.logprobs import completion_logprobs, selective_log_softmax
 from generator.sampling import completion_mask, sample_group
@@ -68,7 +69,7 @@ def _lora_cfg(tiny_model: Path) -> ModelConfig:
 
 def _grpo_cfg(tiny_data: Path, out: Path, tiny_model: Path, **kw) -> GRPOConfig:
     base = dict(data=tiny_data, out=out, model=_lora_cfg(tiny_model), num_generations=3, max_completion_length=6,
-                k_examples=1, max_steps=3, learning_rate=1e-2, skip_smoke_test=True, dynamic_sampling="off",
+                prompt=PromptOverrides(k_examples=1), max_steps=3, learning_rate=1e-2, skip_smoke_test=True, dynamic_sampling="off",
                 virtual_full_score=True, save_steps=1, progress=False)  # fmt: skip
     return GRPOConfig(**(base | kw))
 
@@ -268,7 +269,8 @@ def test_train_sft_lowers_the_loss_and_saves_a_loadable_model(tiny_model, tiny_d
     out = tmp_path / "sft"
     summary = sft_main(["--data", str(tiny_data), "--out", str(out), "--model", str(tiny_model), "--use-lora", "False",
                         "--max-train-samples", "2", "--batch-size", "2", "--max-steps", "12", "--learning-rate", "0.05",
-                        "--k-examples", "0", "--schema-detail", "compact", "--progress", "False"])  # fmt: skip
+                        "--k-examples", "0", "--schema-detail", "compact", "--no-with-reasoning",
+                        "--progress", "False"])  # fmt: skip
     assert summary["steps"] == 12 and summary["n_train_examples"] == 2
     assert summary["final_loss"] < 0.85 * summary["first_loss"]
     rates = [h["learning_rate"] for h in summary["history"]]  # the rate each step used: no warmup, cosine from 0.05
@@ -280,10 +282,19 @@ def test_train_sft_lowers_the_loss_and_saves_a_loadable_model(tiny_model, tiny_d
     base, _ = load_generator(ModelConfig(model=str(tiny_model), use_lora=False))
     assert not torch.equal(model.get_input_embeddings().weight, base.get_input_embeddings().weight)
     # inference prompts the way the model was trained unless told otherwise
+    trained = {"k_examples": 0, "with_reasoning": False, "schema_detail": "compact", "value_linking": True}
+    assert meta["prompt"] == trained | {"path": "gold"}
     gen = ["--data", str(tiny_data), "--generator", str(out), "--use-lora", "False", "--split", "train", "--limit", "1",
-           "--k-examples", "0", "--max-new-tokens", "2", "--progress", "False"]  # fmt: skip
-    assert generate_main([*gen, "--out", str(tmp_path / "a.jsonl")])["schema_detail"] == "compact"
+           "--max-new-tokens", "2", "--progress", "False"]  # fmt: skip
+    asked = generate_main([*gen, "--out", str(tmp_path / "a.jsonl")])
+    assert {k: asked[k] for k in trained} == trained
     assert generate_main([*gen, "--out", str(tmp_path / "b.jsonl"), "--schema-detail", "full"])["schema_detail"] == "full"
+    # GRPO from this warm start prompts as it was trained, and records that
+    grpo = train(_grpo_cfg(tiny_data, tmp_path / "grpo", tiny_model, init=out, prompt=PromptOverrides(),
+                           model=ModelConfig(model=str(tiny_model), use_lora=False), max_steps=1, beta=0.0))
+    grpo_meta = json.loads((grpo.out / "final" / "route2sql_generator.json").read_text())
+    assert grpo_meta["prompt"] == trained | {"path": "gold"}
+    assert grpo_meta["config"]["reward"]["require_reasoning"] is False
 
 
 def test_generate_cli_answers_and_scores_a_split(tiny_model, tiny_data, tmp_path):
