@@ -291,3 +291,17 @@ def test_executor_reuses_one_connection_per_file_across_threads(big_db: Path, tm
     assert len(results) == 40 and all(r.ok for r in results)
     assert sum(r.rows == [(1,), (2,), (3,), (4,), (5,)] and r.truncated for r in results) == 20
     assert sum(r.rows == [(40,)] for r in results) == 20
+
+
+def test_the_gate_refuses_unparsed_commands_without_sqlglot_log_lines(caplog):
+    import logging
+
+    caplog.set_level(logging.WARNING)
+    for sql in ("SHOW TABLES", "EXPLAIN QUERY PLAN SELECT 1"):
+        with pytest.raises(QueryRejected, match="only SELECT queries may run"):
+            check_statement(sql)
+    assert [r for r in caplog.records if r.name.startswith("sqlglot")] == []
+    import sqlglot
+
+    sqlglot.parse("SHOW TABLES", read="sqlite")  # outside the gate sqlglot still speaks
+    assert any("unsupported syntax" in r.getMessage() for r in caplog.records)

@@ -34,6 +34,7 @@ opened normally: its writer's files are already there.
 
 from __future__ import annotations
 
+import logging
 import marshal
 import math
 import os
@@ -280,6 +281,21 @@ def _write_in_unparsed(tokens: list[Any] | None, sql: str) -> str | None:
     return None
 
 
+_IN_GATE = threading.local()
+
+
+class _QuietInsideTheGate(logging.Filter):
+    """Drops sqlglot's own log lines (``'SHOW TABLES' contains unsupported syntax. Falling back to
+    parsing as a 'Command'.``) while this thread is inside the statement gate, which reports the
+    refusal itself; sqlglot's messages outside the gate pass as before."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not getattr(_IN_GATE, "active", False)
+
+
+logging.getLogger("sqlglot").addFilter(_QuietInsideTheGate())
+
+
 def _checked(sql: str) -> tuple[exp.Expression, str]:
     """:func:`check_statement`'s work: the accepted statement and its own text, without trailing ``;``.
 
@@ -295,7 +311,11 @@ def _checked(sql: str) -> tuple[exp.Expression, str]:
         depth = _nesting(tokens)
         if depth > MAX_NESTING:
             raise QueryRejected(f"query nested too deeply ({depth} levels, at most {MAX_NESTING})", kind="limit")
-        parsed = _SQLITE.parser().parse(tokens, sql)
+        _IN_GATE.active = True
+        try:
+            parsed = _SQLITE.parser().parse(tokens, sql)
+        finally:
+            _IN_GATE.active = False
     except (ParseError, TokenError) as exc:
         write = _write_in_unparsed(tokens, sql)
         if write is not None:
