@@ -38,6 +38,7 @@ from core.cli import parse, run_main
 from core.errors import CheckpointError, ConfigError, DataError, SchemaError
 from core.graph import JoinPath
 from core.io import ensure_writable_dir, read_jsonl_lines, write_jsonl
+from data_pipeline.encoders import quiet_loading
 from generator.consistency import vote
 from generator.folders import GENERATOR_META, load_policy, prompt_settings_for
 from generator.prompt import prompt_token_ids
@@ -161,10 +162,11 @@ class AskPipeline:
                 raise SchemaError("the router does not record a database file; pass --db", where=router_dir)
             db_path = Path(source)
         gen = Path(generator_dir)
-        if (gen / GENERATOR_META).is_file():
-            model, tokenizer, _ = load_policy(ModelConfig(), gen)
-        else:  # a base model: a name or a causal-LM folder
-            model, tokenizer, _ = load_policy(ModelConfig(model=str(generator_dir)))
+        with quiet_loading():  # no "Loading weights" bar above a one-line answer or error
+            if (gen / GENERATOR_META).is_file():
+                model, tokenizer, _ = load_policy(ModelConfig(), gen)
+            else:  # a base model: a name or a causal-LM folder
+                model, tokenizer, _ = load_policy(ModelConfig(model=str(generator_dir)))
         # as the generator was trained, without retrieved examples (ask has no training split to draw from)
         options.setdefault("prompt", prompt_settings_for(gen, PromptOverrides(k_examples=0)))
         return cls(router, model, tokenizer, db_path, **options)

@@ -130,6 +130,7 @@ def load_policy(cfg: ModelConfig, init: str | Path | None = None) -> tuple[PreTr
     if not adapter_cfg_file.is_file():
         eff = dataclasses.replace(cfg, model=str(init), use_lora=cfg.use_lora)
         model, tokenizer = load_generator(eff)
+        check_tokenizer_fits(model, tokenizer, init)
         return model, tokenizer, eff
     adapter = json.loads(adapter_cfg_file.read_text(encoding="utf-8"))
     base = str(meta.get("base_model") or DEFAULT_GENERATOR)
@@ -150,9 +151,31 @@ def load_policy(cfg: ModelConfig, init: str | Path | None = None) -> tuple[PreTr
     weights = init / "adapter_model.safetensors"
     if not weights.is_file():
         raise CheckpointError("missing adapter_model.safetensors", where=init)
-    result = set_peft_model_state_dict(model, load_file(str(weights)))
+    try:
+        result = set_peft_model_state_dict(model, load_file(str(weights)))
+    except RuntimeError as exc:  # shapes of another base model
+        first = str(exc).strip().splitlines()[-1].strip()
+        raise CheckpointError(f"adapter weights do not fit the base model {base} ({first})", where=weights) from None
     if result.unexpected_keys:
         raise CheckpointError(f"adapter weights do not fit the model: {result.unexpected_keys[:3]}", where=weights)
     from generator.models import load_tokenizer
 
-    return model, load_tokenizer(init), eff
+    tokenizer = load_tokenizer(init)
+    check_tokenizer_fits(model, tokenizer, init)
+    return model, tokenizer, eff
+
+
+def check_tokenizer_fits(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, where: str | Path) -> None:
+    """Refuse a generator folder whose tokenizer belongs to another model: it has more tokens than
+    the model's input embedding has rows (``(vocab, hidden)``), so its ids would index past it.
+
+    Raises:
+        CheckpointError: naming the folder, both sizes and what to do.
+    """
+    rows = int(model.get_input_embeddings().weight.shape[0])
+    if len(tokenizer) > rows:
+        raise CheckpointError(
+            f"its tokenizer has {len(tokenizer)} tokens but the model's embedding has {rows} rows: the tokenizer "
+            "belongs to another model; copy the base model's tokenizer files into the folder or retrain",
+            where=where,
+        )

@@ -169,7 +169,21 @@ def test_bad_input_on_the_command_line_is_one_line_exit_2(chain: dict[str, Path]
     import sqlite3
 
     sqlite3.connect(other).execute("CREATE TABLE extra (id INTEGER PRIMARY KEY)").connection.commit()
+    # a generator folder whose tokenizer is another model's (multilingual-e5-small's, 250k tokens)
+    import shutil
+
+    from data_pipeline.encoders import resolve_encoder
+
+    foreign = tmp_path / "gen_foreign_tokenizer"
+    shutil.copytree(chain["generator"], foreign)
+    for f in foreign.glob("*"):
+        if f.name.startswith(("tokenizer", "special_tokens")) or f.suffix == ".model":
+            f.unlink()
+    for f in resolve_encoder("multilingual-e5-small").iterdir():
+        if f.name.startswith(("tokenizer", "special_tokens", "sentencepiece")):
+            shutil.copy(f, foreign / f.name)
     cases = [
+        (["--router", str(chain["router"]), "--generator", str(foreign), "--db", str(chain["db"]), "q"], "belongs to another model"),
         (["--router", str(chain["router"]), "--generator", str(chain["generator"]), "--db", "nowhere.sqlite", "q"], "nowhere.sqlite"),
         (["--router", str(tmp_path), "--generator", str(chain["generator"]), "q"], "router checkpoint"),
         (["--router", str(chain["router"]), "--generator", str(chain["generator"]), "--db", str(other), "q"], "trained on schema"),

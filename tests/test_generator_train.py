@@ -33,10 +33,10 @@ from generator.train_sft import main as sft_main
 DOCS = Path(__file__).parent.parent / "docs" / "metrics.md"
 
 
-def make_tiny_llama(out: Path, tokenizer_dir: str | Path, seed: int = 0) -> Path:
-    """A 2-layer, 16-wide random LlamaForCausalLM with SmolLM2's tokenizer, saved as a HF folder."""
+def make_tiny_llama(out: Path, tokenizer_dir: str | Path, seed: int = 0, hidden_size: int = 16) -> Path:
+    """A 2-layer, 16-wide (by default) random LlamaForCausalLM with SmolLM2's tokenizer, saved as a HF folder."""
     tok = AutoTokenizer.from_pretrained(tokenizer_dir)
-    cfg = LlamaConfig(vocab_size=len(tok), hidden_size=16, intermediate_size=32, num_hidden_layers=2,
+    cfg = LlamaConfig(vocab_size=len(tok), hidden_size=hidden_size, intermediate_size=2 * hidden_size, num_hidden_layers=2,
                       num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=4096,
                       bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.eos_token_id,
                       tie_word_embeddings=True)  # fmt: skip
@@ -306,3 +306,13 @@ def test_generate_cli_answers_and_scores_a_split(tiny_model, tiny_data, tmp_path
     assert {"completion", "gold_sql", "execution", "format", "total", "exact", "reason"} <= set(rows[0])
     assert summary["execution_accuracy"] == 0.0 and summary["path_source"] == "gold"
     assert json.loads(out.with_name("preds.summary.json").read_text())["n"] == 3
+
+
+def test_an_adapter_for_another_base_model_is_one_checkpoint_error(tiny_model, tmp_path):
+    model, tok = load_generator(_lora_cfg(tiny_model))
+    folder = save_generator(tmp_path / "gen", model, tok, {"base_model": str(tiny_model)})
+    wider = make_tiny_llama(tmp_path / "wider", resolve_generator(DEFAULT_GENERATOR), hidden_size=32)
+    meta = json.loads((folder / "route2sql_generator.json").read_text())
+    (folder / "route2sql_generator.json").write_text(json.dumps(meta | {"base_model": str(wider)}))
+    with pytest.raises(Route2SQLError, match=r"adapter weights do not fit the base model .*wider"):
+        load_policy(ModelConfig(), folder)
