@@ -294,6 +294,9 @@ class AskConfig:
             raise ConfigError("give questions or --file, not both", where="file")
         if self.file is not None and self.out is None:
             raise ConfigError("--file needs --out for the answers", where="--out")
+        if self.file is not None and self.out is not None and Path(self.out).resolve() == Path(self.file).resolve():
+            raise ConfigError(f"is the question file {self.file}; writing the answers there would replace the questions",
+                              where="--out")  # fmt: skip
         if self.samples < 1:
             raise ConfigError(f"must be >= 1, got {self.samples}", where="--samples")
         if not (self.timeout_s > 0 and self.timeout_s != float("inf")):

@@ -141,6 +141,7 @@ def test_ask_file_in_file_out(chain: dict[str, Path], tmp_path: Path) -> None:
         ([], "give a question or --file"),
         (["--file", "x.jsonl"], "--file needs --out"),
         (["q", "--samples", "0"], "--samples"),
+        (["--file", "q.jsonl", "--out", "./q.jsonl"], "^--out: is the question file q.jsonl"),
     ],
 )
 def test_bad_options_name_the_flag(argv: list[str], message: str) -> None:
@@ -154,6 +155,8 @@ def _kw(argv: list[str]) -> dict:
     for a in it:
         if a == "--file":
             kw["file"] = Path(next(it))
+        elif a == "--out":
+            kw["out"] = Path(next(it))
         elif a == "--samples":
             kw["samples"] = int(next(it))
         else:
