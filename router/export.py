@@ -10,7 +10,6 @@ again. Routing is the same either way.
 from __future__ import annotations
 
 import json
-import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -90,10 +89,8 @@ def export(router: str | Path, out: str | Path, *, slim: bool = False) -> Path:
             except (OSError, ValueError, RecursionError) as exc:  # RecursionError: nested too deep
                 raise CheckpointError(f"unreadable JSON file ({str(exc).splitlines()[0]}); copy the checkpoint again", where=p) from exc
     try:
-        dst = model.save_pretrained(out, checkpoint, files, full=not slim)
-        for p in sorted(src.iterdir()):
-            if p.name not in skip and p.suffix != ".json" and p.is_file():
-                shutil.copy2(p, dst / p.name)
+        copies = [p for p in sorted(src.iterdir()) if p.name not in skip and p.suffix != ".json" and p.is_file()]
+        dst = model.save_pretrained(out, checkpoint, files, full=not slim, copies=copies)
     except OSError as exc:
         raise CheckpointError(f"cannot write the exported router ({exc.strerror or exc})", where=out) from exc
     return dst

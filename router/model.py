@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -565,6 +566,7 @@ class RouterModel(nn.Module):
         files: dict[str, Any] | None = None,
         *,
         full: bool = False,
+        copies: Sequence[Path] = (),
     ) -> Path:
         """Write the checkpoint (layout in the module docstring) atomically; returns ``out_dir``.
 
@@ -574,6 +576,8 @@ class RouterModel(nn.Module):
                 ``model`` becomes this network's config, ``version`` the current one, and it writes
                 the schema snapshots and value index.
             files: extra file names mapped to JSON objects written beside it.
+            copies: other files copied into the folder as they are (before the rename, so a
+                failed copy leaves the old folder in place).
             full: write every weight (a standalone folder) instead of only :meth:`trained_keys`
                 on the base encoder; a network whose base encoder cannot be shown
                 (:meth:`base_encoder` is None) is always written full.
@@ -591,6 +595,8 @@ class RouterModel(nn.Module):
             self.tokenizer.save_pretrained(enc_dir)
             for name, obj in (files or {}).items():
                 write_json(tmp / name, obj)
+            for src in copies:
+                shutil.copy2(src, tmp / Path(src).name)
             replace(checkpoint, model=self.config, version=CHECKPOINT_VERSION, base_encoder=base).save(tmp)
         return Path(out_dir)
 

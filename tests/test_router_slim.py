@@ -166,3 +166,24 @@ def test_weights_of_another_shape_are_one_line(saved, tmp_path: Path) -> None:
     with pytest.raises(CheckpointError, match=r"model.safetensors: weights do not fit the model \(size mismatch") as info:
         Router.from_pretrained(bad)
     assert "\n" not in str(info.value)
+
+
+def test_a_failed_copy_during_export_leaves_the_previous_export_whole(saved, tmp_path: Path, monkeypatch) -> None:
+    import shutil
+
+    import router.model
+    from router.export import export
+
+    router_dir = shutil.copytree(saved["out"], tmp_path / "r")
+    (router_dir / "metrics.jsonl").write_text('{"step": 1}\n')
+    out = export(router_dir, tmp_path / "out", slim=True)
+    assert (out / "metrics.jsonl").read_text() == '{"step": 1}\n'
+
+    def disk_full(*_a, **_k):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(router.model.shutil, "copy2", disk_full)
+    with pytest.raises(CheckpointError, match="cannot write the exported router"):
+        export(router_dir, tmp_path / "out", slim=True)
+    assert (tmp_path / "out" / "metrics.jsonl").read_text() == '{"step": 1}\n'
+    assert (tmp_path / "out" / "config.json").is_file()
