@@ -13,7 +13,7 @@ import numpy as np
 from core.dataset import load_dataset
 from core.errors import ConfigError, DataError
 from core.graph import SchemaGraph
-from core.io import read_jsonl
+from core.io import read_jsonl_lines
 from core.samples import SPLITS, Sample
 from core.values import ValueIndex
 from envs.evidence import CachedRowCounter, QuestionEvidence, SpanFinder, question_evidence
@@ -25,18 +25,26 @@ from rewards.router import COMPONENTS as LABELLED_COMPONENTS
 from rewards.router import RewardConfig, path_reward_components
 
 
+MAX_QUESTION_CHARS = 1000
+"""Longest unlabelled question the env takes, in characters; a longer line of a question log is
+refused (naming its file and line) rather than slowing every episode's value linking."""
+
+
 def read_unlabelled(path: str | Path) -> list[str]:
     """The questions of a JSONL file with one ``{"question": "..."}`` object per line (other fields ignored).
 
     Raises:
         DataError: the file is missing or not JSONL, a line lacks a non-empty string ``question``
-            (file and line named), or it holds no question.
+            or holds one over :data:`MAX_QUESTION_CHARS` characters (file and line named, blank
+            lines counted), or it holds no question.
     """
     out = []
-    for i, rec in enumerate(read_jsonl(path), 1):
+    for line, rec in read_jsonl_lines(path):
         q = rec.get("question")
         if not isinstance(q, str) or not q.strip():
-            raise DataError("field 'question' must be a non-empty string", where=path, line=i)
+            raise DataError("field 'question' must be a non-empty string", where=path, line=line)
+        if len(q.strip()) > MAX_QUESTION_CHARS:
+            raise DataError(f"question of {len(q.strip())} characters (at most {MAX_QUESTION_CHARS})", where=path, line=line)
         out.append(q.strip())
     if not out:
         raise DataError("no questions in the unlabelled file", where=path)
@@ -169,6 +177,9 @@ class SchemaRoutingV1Env(SchemaRoutingEnv):
             for i, q in enumerate(questions):
                 if not q.strip():
                     raise DataError("empty question", where=f"unlabelled[{i}]")
+                if len(q.strip()) > MAX_QUESTION_CHARS:
+                    raise DataError(f"question of {len(q.strip())} characters (at most {MAX_QUESTION_CHARS})",
+                                    where=f"unlabelled[{i}]")  # fmt: skip
         self.unlabelled = questions
         if unlabelled_ratio is None:
             unlabelled_ratio = 0.5 if questions else 0.0

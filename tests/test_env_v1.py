@@ -143,6 +143,13 @@ def test_read_unlabelled_and_bad_files_name_the_line(tmp_path):
     bad.write_text("\n", encoding="utf-8")
     with pytest.raises(DataError, match="no questions"):
         read_unlabelled(bad)
+    # the line named is the file's line, blank lines counted; an over-long question is refused
+    bad.write_text('{"question": "fine"}\n\n{"question": ' + json.dumps("x" * 1001) + "}\n", encoding="utf-8")
+    with pytest.raises(DataError, match=r"log.jsonl:3: question of 1001 characters \(at most 1000\)"):
+        read_unlabelled(bad)
+    bad.write_text('{"question": "fine"}\n\n{"q": 1}\n', encoding="utf-8")
+    with pytest.raises(DataError, match=r"log.jsonl:3: field 'question'"):
+        read_unlabelled(bad)
 
 
 @pytest.mark.parametrize(("kw", "where"), [
