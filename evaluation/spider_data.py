@@ -24,7 +24,7 @@ import sys
 import time
 import warnings
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 from core.cli import parse, run_main
@@ -36,6 +36,9 @@ from data_pipeline.pipeline import BuildConfig, build_dataset
 from data_pipeline.synthesize import ROWS_PER_TABLE
 
 INDEX_FILE = "index.json"
+
+_BUILD_DEFAULTS = {f.name: f.default for f in fields(BuildConfig)}
+"""Spider's data sets are built with the defaults every data set gets (``python -m data_pipeline.build``)."""
 
 
 @dataclass(frozen=True)
@@ -74,13 +77,13 @@ def spider_dev_db_ids() -> list[str]:
 def build_spider_dev_datasets(
     out_root: str | Path,
     db_ids: Sequence[str] | None = None,
-    samples_per_path: int = 10,
+    samples_per_path: int = _BUILD_DEFAULTS["samples_per_path"],
     max_hops: int = DEFAULT_MAX_HOPS,
     seed: int = 0,
     *,
     languages: str = "en,zh",
     synthetic_rows: int = ROWS_PER_TABLE,
-    unfiltered_share: float = 0.0,
+    unfiltered_share: float = _BUILD_DEFAULTS["unfiltered_share"],
 ) -> dict[str, Path]:
     """Build one generated data set per Spider database into ``out_root/<db_id>/``.
 
@@ -149,7 +152,7 @@ class SpiderDataConfig:
     """Output folder: one data set folder per database plus index.json."""
     db_ids: str = ""
     """Comma-separated database ids (default: the 20 of Spider dev)."""
-    samples_per_path: int = 10
+    samples_per_path: int = _BUILD_DEFAULTS["samples_per_path"]
     """Questions per legal path after paraphrasing (at least 3)."""
     max_hops: int = DEFAULT_MAX_HOPS
     """Longest join path, in joins."""
@@ -159,8 +162,8 @@ class SpiderDataConfig:
     """Comma-separated question languages: en, zh or both."""
     synthetic_rows: int = ROWS_PER_TABLE
     """Synthetic rows per table."""
-    unfiltered_share: float = 0.0
-    """Share of each path's seed questions written without a filter value ("How many singers are there?"), rounded per path (0.3 of 5 seeds: 2); 0: as before."""
+    unfiltered_share: float = _BUILD_DEFAULTS["unfiltered_share"]
+    """Share of each path's seed questions written without a filter value ("How many singers are there?"), rounded per path; the same default as data_pipeline.build."""
 
 
 def print_index(rows: Sequence[SpiderDataRow]) -> None:

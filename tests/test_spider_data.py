@@ -65,3 +65,19 @@ def test_cli_builds_and_prints_the_table(tmp_path, spider_ok, capsys):
     assert json.loads((tmp_path / "index.json").read_text())[0]["samples"] == 12
     with pytest.raises(SchemaError, match="unknown Spider db_id 'singr'; did you mean singer"):
         build_spider_dev_datasets(tmp_path, ["singr"])
+
+
+def test_spider_data_sets_get_the_defaults_of_every_data_set():
+    """Spider's data sets were built with 10 questions per path and no filterless questions while
+    every other data set got 20 and a share of 0.2; the defaults are now the build's own."""
+    import inspect
+    from dataclasses import fields
+
+    from data_pipeline.pipeline import BuildConfig
+    from evaluation.spider_data import SpiderDataConfig
+
+    build = {f.name: f.default for f in fields(BuildConfig)}
+    spider = {f.name: f.default for f in fields(SpiderDataConfig)}
+    params = inspect.signature(build_spider_dev_datasets).parameters
+    for name in ("samples_per_path", "unfiltered_share", "max_hops", "languages"):
+        assert spider[name] == build[name] == params[name].default, name
