@@ -22,6 +22,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 from stable_baselines3 import PPO
+from stable_baselines3.common.logger import Logger
 
 from core.cli import parse, run_main
 from core.errors import ConfigError
@@ -103,6 +104,7 @@ def main() -> None:
     results = {}
     for name, config in CONFIGS.items():
         model = PPO("MlpPolicy", make_env(config), seed=args.seed, verbose=0)
+        model.set_logger(Logger(folder=None, output_formats=[]))  # SB3's default makes an empty /tmp/SB3-<time> folder
         untrained = evaluate(model, config, args.eval_episodes, args.seed)
         start = time.perf_counter()
         model.learn(args.timesteps)

@@ -29,6 +29,7 @@ from pathlib import Path
 import gymnasium as gym
 import torch
 from stable_baselines3 import PPO
+from stable_baselines3.common.logger import Logger
 
 from data_pipeline import BuildConfig, build_dataset
 from core.cli import parse, run_main
@@ -126,6 +127,7 @@ def main() -> None:
               f"{len(test_s)} test questions; {env_id}")  # fmt: skip
 
         model = PPO("MultiInputPolicy", train_env, n_steps=256, batch_size=64, learning_rate=1e-3, seed=args.seed, verbose=0)
+        model.set_logger(Logger(folder=None, output_formats=[]))  # SB3's default makes an empty /tmp/SB3-<time> folder
         labelled = SchemaRoutingEnv(ds.graph, train_s, features=FeatureTable.build(featurizer, train_s))
         before = {"train": accuracy(model, labelled), "test": accuracy(model, test_env)}
         start = time.perf_counter()

@@ -15,6 +15,7 @@ import pytest
 import torch
 from gymnasium.utils.env_checker import check_env as gym_check_env
 from stable_baselines3 import PPO
+from stable_baselines3.common.logger import Logger
 from stable_baselines3.common.env_checker import check_env as sb3_check_env
 
 import envs  # noqa: F401  (registers the ids)
@@ -186,6 +187,7 @@ def test_sb3_ppo_runs_unchanged_on_v0_and_v1(shop, env_id):
     kw = {"unlabelled": FIXTURE, "unlabelled_ratio": 0.5, "values": values, "db_path": db} if env_id.endswith("v1") else {}
     env = gym.make(env_id, graph=graph, samples=routing_samples(graph), featurizer="hashed:64", **kw)
     model = PPO("MultiInputPolicy", env, n_steps=64, batch_size=32, n_epochs=1, seed=0, verbose=0)
+    model.set_logger(Logger(folder=None, output_formats=[]))  # SB3's default makes an empty /tmp/SB3-<time> folder
     before = {k: v.detach().clone() for k, v in model.policy.state_dict().items()}
     model.learn(128)
     assert model.num_timesteps == 128

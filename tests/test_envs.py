@@ -11,6 +11,7 @@ import torch
 from gymnasium.error import InvalidAction, ResetNeeded
 from gymnasium.utils.env_checker import check_env as gym_check_env
 from stable_baselines3 import PPO
+from stable_baselines3.common.logger import Logger
 from stable_baselines3.common.env_checker import check_env as sb3_check_env
 
 import envs
@@ -200,6 +201,7 @@ def test_sb3_ppo_learns_tiny_schema_unchanged(tiny_db):
     graph = SchemaGraph(introspect(tiny_db), max_hops=1)  # 16 paths: 6 single-table + 10 one-hop
     env = gym.make("route2sql/SchemaRoutingHashed-v0", graph=graph, samples=routing_samples(graph), featurizer="hashed:128")
     model = PPO("MultiInputPolicy", env, n_steps=128, batch_size=32, learning_rate=3e-3, seed=0, verbose=0)
+    model.set_logger(Logger(folder=None, output_formats=[]))  # SB3's default makes an empty /tmp/SB3-<time> folder
     before = _accuracy(model, env.unwrapped)
     model.learn(512)
     after = _accuracy(model, env.unwrapped)
