@@ -57,11 +57,11 @@ INSERT INTO "order items" VALUES (1,1,1,2),(2,1,2,1),(3,2,3,5),(4,3,2,2),(5,4,1,
 @dataclass
 class Args:
     db: str = "shop"
-    """``shop`` (a 6-table shop made here), a sample name (northwind, chinook, hospital, projects) or a SQLite file."""
+    """shop (a 6-table shop made here), a sample name (northwind, chinook, hospital, projects) or a SQLite file."""
     max_hops: int = 2
     """Longest path in joins (the action space is every legal path up to this)."""
     featurizer: str = "hashed"
-    """Question features: ``hashed`` (offline n-grams), ``encoder`` (multilingual-e5-small) or ``hashed:<dim>``."""
+    """Question features: hashed (offline n-grams), encoder (multilingual-e5-small) or hashed:<dim>."""
     timesteps: int = 8192
     """PPO env steps (one question each)."""
     seed: int = 0
