@@ -39,7 +39,7 @@ def test_a_question_too_long_for_the_router_names_the_unlabelled_file_and_line(t
     from core.errors import DataError
 
     log = tmp_path / "log.jsonl"
-    log.write_text('{"question": "which customers?"}\n\n' + json.dumps({"question": "word " * 500}) + "\n", encoding="utf-8")
+    log.write_text('{"question": "which customers?"}\n\n' + json.dumps({"question": "word " * 150}) + "\n", encoding="utf-8")
     with pytest.raises(DataError, match=r"log\.jsonl:3: question has \d+ tokens, more than the router's limit") as info:
         train(tiny_config(tiny_router, tmp_path / "ppo", total_updates=1, n_envs=4, n_steps=8, minibatch_size=16,
                           unlabelled=log, unlabelled_ratio=0.5))  # fmt: skip
