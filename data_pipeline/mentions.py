@@ -1,4 +1,5 @@
-"""Where a question names a table: by its name, description, synonyms, Chinese name or pinyin initials.
+"""Where a question names a table (by its name, description, synonyms, Chinese name or pinyin
+initials) or one of its columns.
 
 Shared by the router (its link features, :mod:`router.text`) and the routing environment (the
 label-free reward's target evidence, :mod:`envs.evidence`), so both read a question's table
@@ -11,7 +12,7 @@ import re
 from collections.abc import Sequence
 from functools import lru_cache
 
-from core.schema import Table
+from core.schema import Table, humanize
 from data_pipeline.relations import table_synonyms
 
 _CJK = re.compile(r"[\u3400-\u9fff]+")
@@ -99,7 +100,6 @@ def mention_spans(question: str, tables: Sequence[Table]) -> list[list[tuple[int
     [[(0, 2)], [], [(9, 15)]]
     """
     stems = _stems_with_spans(question)
-    seq = [s for s, _, _ in stems]
     initials = ""
     init_pos: list[int] = []
     for m in _CJK.finditer(question):
@@ -111,25 +111,70 @@ def mention_spans(question: str, tables: Sequence[Table]) -> list[list[tuple[int
     found: list[list[tuple[int, int]]] = []
     for table in tables:
         english, chinese, code = _surface_forms(table)
-        spans: set[tuple[int, int]] = set()
-        for form in english:
-            n = len(form)
-            for i in range(len(seq) - n + 1):
-                if tuple(seq[i : i + n]) == form:
-                    spans.add((stems[i][1], stems[i + n - 1][2]))
-        for z in chinese:
-            start = question.find(z)
-            while start >= 0:
-                spans.add((start, start + len(z)))
-                start = question.find(z, start + 1)
+        spans = _spans(question, stems, english, chinese)
         if code and len(code) >= 3:
             start = initials.find(code)
             while start >= 0:
                 spans.add((init_pos[start], init_pos[start + len(code) - 1] + 1))
                 start = initials.find(code, start + 1)
         found.append(sorted(spans))
-    every = [(a, b, t) for t, spans in enumerate(found) for a, b in spans]
+    return _maximal(found)
+
+
+_KEY = re.compile(r"(^|\s)(id|code|key)$")
+
+
+def column_mention_spans(question: str, tables: Sequence[Table]) -> list[list[tuple[int, int]]]:
+    """Character spans where ``question`` names one of each table's non-key columns: its humanised
+    name (singular or plural) or its Chinese name of 2+ characters; maximal matches only. Key
+    columns (``CustomerID``) name other tables and are skipped.
+
+    >>> from core.schema import Column
+    >>> ts = [Table("Customers", (Column("CompanyName", "TEXT"),), zh="客户"), Table("Orders", (Column("OrderDate"),))]
+    >>> column_mention_spans("What is the order date of 客户 Alfreds?", ts)
+    [[], [(12, 22)]]
+    """
+    stems = _stems_with_spans(question)
+    return _maximal([_spans(question, stems, *_column_forms(t)) for t in tables])
+
+
+@lru_cache(maxsize=4096)
+def _column_forms(table: Table) -> tuple[tuple[tuple[str, ...], ...], tuple[str, ...]]:
+    """English stem sequences and Chinese names of ``table``'s non-key columns."""
+    english, chinese = [], []
+    for c in table.columns:
+        h = humanize(c.name)
+        if c.primary_key or _KEY.search(h):
+            continue
+        english.append(tuple(s for s, _, _ in _stems_with_spans(h)))
+        if len(c.zh) >= 2:
+            chinese.append(c.zh)
+    return tuple(e for e in english if e), tuple(chinese)
+
+
+def _spans(question: str, stems: list[tuple[str, int, int]], english: Sequence[tuple[str, ...]],
+           chinese: Sequence[str]) -> set[tuple[int, int]]:  # fmt: skip
+    """Spans of ``question`` (its ``stems``: :func:`_stems_with_spans`) spelling one of the ``english``
+    stem sequences or containing one of the ``chinese`` strings."""
+    seq = [w for w, _, _ in stems]
+    spans: set[tuple[int, int]] = set()
+    for form in english:
+        n = len(form)
+        for i in range(len(seq) - n + 1):
+            if tuple(seq[i : i + n]) == form:
+                spans.add((stems[i][1], stems[i + n - 1][2]))
+    for z in chinese:
+        start = question.find(z)
+        while start >= 0:
+            spans.add((start, start + len(z)))
+            start = question.find(z, start + 1)
+    return spans
+
+
+def _maximal(found: list[list[tuple[int, int]]]) -> list[list[tuple[int, int]]]:
+    """Per table, its spans that lie inside no longer span of any table."""
+    every = [s for spans in found for s in spans]
     return [
-        [(a, b) for a, b in spans if not any(a2 <= a and b <= b2 and (b2 - a2) > (b - a) for a2, b2, _ in every)]
+        sorted((a, b) for a, b in spans if not any(c <= a and b <= d and d - c > b - a for c, d in every))
         for spans in found
     ]

@@ -5,8 +5,8 @@ database row counter it calls.
 (:meth:`core.values.ValueIndex.lookup`), where it names each table and column, and the target
 evidence scored from those spans (:func:`rewards.label_free.target_evidence`). Table spans come
 from :func:`data_pipeline.mentions.mention_spans` (names, descriptions, synonyms, Chinese names,
-pinyin initials), the same finder the router's link features read; :func:`column_spans` finds a
-table's non-key column names, singular or plural.
+pinyin initials), the same finder the router's link features read, and column spans from
+:func:`data_pipeline.mentions.column_mention_spans` (a table's non-key column names).
 
 :class:`CachedRowCounter` runs the label-free reward's ``SELECT COUNT(*)`` texts on the data set's
 SQLite database through the read-only :class:`~data_pipeline.backends.sqlite.SQLiteExecutor`
@@ -16,73 +16,28 @@ SQLite database through the read-only :class:`~data_pipeline.backends.sqlite.SQL
 >>> ts = [Table("Customers", (Column("CompanyName", "TEXT"),), zh="客户"), Table("Orders", (Column("OrderDate"),))]
 >>> mentions.mention_spans("Which customers placed orders?", ts)
 [[(6, 15)], [(23, 29)]]
->>> column_spans("What is the order date of 客户 Alfreds?", ts)
+>>> mentions.column_mention_spans("What is the order date of 客户 Alfreds?", ts)
 [[], [(12, 22)]]
 """
 
 from __future__ import annotations
 
 import logging
-import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from core.graph import SchemaGraph
-from core.schema import Table, humanize
+from core.schema import Table
 from core.values import ValueIndex, ValueMatch
 from data_pipeline.backends.sqlite import SQLiteExecutor
 from data_pipeline import mentions
-from data_pipeline.mentions import singular
 from rewards.label_free import target_evidence
 
 logger = logging.getLogger(__name__)
 
 SpanFinder = Callable[[str, Sequence[Table]], list[list[tuple[int, int]]]]
 """``mention_spans(question, tables)``: per table, the ``[start, end)`` spans where the question names it."""
-
-_WORD = re.compile(r"[A-Za-z0-9]+")
-_KEY = re.compile(r"(^|\s)(id|code|key)$")
-
-
-def _find(question: str, forms: Sequence[tuple[str, ...]], chinese: Sequence[str]) -> list[tuple[int, int]]:
-    words = [(m.start(), m.end(), singular(m.group().lower())) for m in _WORD.finditer(question)]
-    stems = [w for _, _, w in words]
-    spans: set[tuple[int, int]] = set()
-    for form in forms:
-        n = len(form)
-        for i in range(len(stems) - n + 1):
-            if tuple(stems[i : i + n]) == form:
-                spans.add((words[i][0], words[i + n - 1][1]))
-    for z in chinese:
-        start = question.find(z)
-        while start >= 0:
-            spans.add((start, start + len(z)))
-            start = question.find(z, start + 1)
-    return sorted(spans)
-
-
-def _maximal(found: list[list[tuple[int, int]]]) -> list[list[tuple[int, int]]]:
-    every = [s for spans in found for s in spans]
-    return [[(a, b) for a, b in spans if not any(c <= a and b <= d and d - c > b - a for c, d in every)] for spans in found]
-
-
-def column_spans(question: str, tables: Sequence[Table]) -> list[list[tuple[int, int]]]:
-    """Where ``question`` names one of each table's non-key columns (humanised name, or its Chinese
-    name of 2+ characters); key columns (``CustomerID``) name other tables and are skipped."""
-    found = []
-    for t in tables:
-        forms, chinese = [], []
-        for c in t.columns:
-            h = humanize(c.name)
-            if c.primary_key or _KEY.search(h):
-                continue
-            forms.append(tuple(singular(w.lower()) for w in _WORD.findall(h)))
-            if len(c.zh) >= 2:
-                chinese.append(c.zh)
-        found.append(_find(question, [f for f in forms if f], chinese))
-    return _maximal(found)
-
 
 @dataclass(frozen=True)
 class QuestionEvidence:
@@ -117,7 +72,7 @@ def question_evidence(
     names = {t.name for t in tables}
     matches = tuple(m for m in (values.lookup(question) if values is not None else ()) if m.table in names)
     t_spans = (mention_spans or mentions.mention_spans)(question, tables)
-    c_spans = column_spans(question, tables)
+    c_spans = mentions.column_mention_spans(question, tables)
     ev = target_evidence(
         question,
         {t.name: s for t, s in zip(tables, t_spans, strict=True)},
