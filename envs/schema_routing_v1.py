@@ -30,6 +30,13 @@ MAX_QUESTION_CHARS = 1000
 refused (naming its file and line) rather than slowing every episode's value linking."""
 
 
+def _within_limit(question: str, where: str | Path, line: int | None = None) -> str:
+    """``question`` itself; DataError naming ``where`` (and ``line``) when it is over :data:`MAX_QUESTION_CHARS`."""
+    if len(question) > MAX_QUESTION_CHARS:
+        raise DataError(f"question of {len(question)} characters (at most {MAX_QUESTION_CHARS})", where=where, line=line)
+    return question
+
+
 def read_unlabelled(path: str | Path) -> list[str]:
     """The questions of a JSONL file with one ``{"question": "..."}`` object per line (other fields ignored).
 
@@ -43,9 +50,7 @@ def read_unlabelled(path: str | Path) -> list[str]:
         q = rec.get("question")
         if not isinstance(q, str) or not q.strip():
             raise DataError("field 'question' must be a non-empty string", where=path, line=line)
-        if len(q.strip()) > MAX_QUESTION_CHARS:
-            raise DataError(f"question of {len(q.strip())} characters (at most {MAX_QUESTION_CHARS})", where=path, line=line)
-        out.append(q.strip())
+        out.append(_within_limit(q.strip(), where=path, line=line))
     if not out:
         raise DataError("no questions in the unlabelled file", where=path)
     return out
@@ -177,9 +182,7 @@ class SchemaRoutingV1Env(SchemaRoutingEnv):
             for i, q in enumerate(questions):
                 if not q.strip():
                     raise DataError("empty question", where=f"unlabelled[{i}]")
-                if len(q.strip()) > MAX_QUESTION_CHARS:
-                    raise DataError(f"question of {len(q.strip())} characters (at most {MAX_QUESTION_CHARS})",
-                                    where=f"unlabelled[{i}]")  # fmt: skip
+                _within_limit(q.strip(), where=f"unlabelled[{i}]")
         self.unlabelled = questions
         if unlabelled_ratio is None:
             unlabelled_ratio = 0.5 if questions else 0.0

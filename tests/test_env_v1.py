@@ -223,3 +223,10 @@ def test_ppo_rollout_envs_are_the_registered_v1_with_unlabelled_rows(shop):
     final = info["final_info"]
     assert term.all() and not final["labelled"].any()
     assert np.allclose(rewards, final["reward_components"]["total"]) and (final["reward_components"]["anchor"] == 0).all()
+
+
+def test_an_over_long_question_in_a_list_names_its_index(shop):
+    graph, values, db = shop
+    with pytest.raises(DataError, match=r"unlabelled\[1\]: question of 1001 characters \(at most 1000\)"):
+        SchemaRoutingV1Env(graph, routing_samples(graph), values=values, db_path=db, featurizer="hashed:64",
+                           unlabelled=["fine", "x" * 1001])  # fmt: skip
