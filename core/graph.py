@@ -23,6 +23,11 @@ from core.schema import ForeignKey, Schema, quote_ident
 
 DEFAULT_MAX_HOPS = 3
 
+MAX_LEGAL_PATHS = 200_000
+"""Most legal paths a graph enumerates; more (a dense schema with a large ``max_hops``, or a
+hostile ``max_hops`` in a config file) is a :class:`~core.errors.SchemaError`, not hours of
+enumeration and gigabytes of paths (the most among the 166 Spider schemas at 3 joins: 537)."""
+
 
 @dataclass(frozen=True, order=True)
 class JoinPath:
@@ -133,6 +138,9 @@ class SchemaGraph:
 
         Includes one single-table path per table and, for every ordered pair of distinct tables,
         every simple FK path between them: ``(a, (), t)`` and ``(t, (), a)`` are different routes.
+
+        Raises:
+            SchemaError: more than :data:`MAX_LEGAL_PATHS` paths (``max_hops`` named).
         """
         paths = [JoinPath(t, (), t) for t in self.schema.table_names]
         if self.max_hops > 0:
@@ -142,6 +150,12 @@ class SchemaGraph:
                         continue
                     for nodes in nx.all_simple_paths(self.graph, a, t, cutoff=self.max_hops):
                         paths.append(JoinPath(nodes[0], tuple(nodes[1:-1]), nodes[-1]))
+                        if len(paths) > MAX_LEGAL_PATHS:
+                            raise SchemaError(
+                                f"schema {self.schema.name!r} has more than {MAX_LEGAL_PATHS:,} legal paths of up to "
+                                f"{self.max_hops} joins; use a smaller max_hops (3 is the default)",
+                                where="max_hops",
+                            )
         return tuple(sorted(paths, key=lambda p: (p.hops, p.anchor, p.via, p.target)))
 
     @cached_property

@@ -114,3 +114,22 @@ def test_schema_round_trip(tiny_db):
     s2 = Schema.from_dict(s.to_dict())
     assert s2.fingerprint() == s.fingerprint()
     assert s2.table("order items").column("quantity") == s.table("order items").column("quantity")
+
+
+def test_too_many_legal_paths_is_one_clear_error():
+    # nine tables, every pair joined: ~986,000 simple paths without a join limit; a hostile
+    # max_hops (from a config file, say) must stop at the cap with an error, not enumerate them all
+    from core.graph import MAX_LEGAL_PATHS
+    from core.schema import Column, ForeignKey, Schema, Table
+
+    n = 9
+    tables = tuple(
+        Table(f"t{i}", (Column("id", "INTEGER", primary_key=True), *(Column(f"r{j}", "INTEGER") for j in range(n) if j != i)))
+        for i in range(n)
+    )
+    fks = tuple(ForeignKey(f"t{i}", f"r{j}", f"t{j}", "id") for i in range(n) for j in range(i + 1, n))
+    dense = Schema("dense", tables, fks)
+    with pytest.raises(SchemaError, match=f"more than {MAX_LEGAL_PATHS:,} legal paths of up to 1000000 joins") as err:
+        SchemaGraph(dense, max_hops=10**6).legal_paths
+    assert "\n" not in str(err.value) and str(err.value).startswith("max_hops: ")
+    assert len(SchemaGraph(dense, max_hops=2).legal_paths) == n + n * (n - 1) + n * (n - 1) * (n - 2)
