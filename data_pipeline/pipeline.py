@@ -50,12 +50,11 @@ from data_pipeline.paraphrase import LLMParaphraser, Paraphraser, RuleParaphrase
 from data_pipeline.quality import route_ambiguity
 from core.samples import DIFFICULTIES, GENERATED_SPLITS, LANGUAGES
 from data_pipeline.splits import assign_splits
-from data_pipeline.stages import StageContext, run_stages
+from data_pipeline.stages import MAX_SAMPLES_PER_PATH, StageContext, run_stages
 from data_pipeline.synthesize import ROWS_PER_TABLE, synthesize_rows
 from data_pipeline.templates import heldout_template_ids
 from core.values import ValueIndex, ValueIndexConfig, copy_columns
 
-MAX_SAMPLES_PER_PATH = 1000
 """Most questions per path a build may ask for (more only repeats the templates and fills memory)."""
 
 SYNTHESIZED_DB = "database.sqlite"
@@ -81,7 +80,9 @@ class BuildConfig:
     seed: int = 0
     """Random seed; the same seed gives the same data set."""
     samples_per_path: int = 20
-    """Questions per legal path after paraphrasing (at least 3 seeds each); 20 routed people's questions better than 10 (Northwind: 70% vs 50% of a development set)."""
+    """Questions per legal path after paraphrasing, on average (at least 3 seeds each); 20 routed people's questions better than 10 (Northwind: 70% vs 50% of a development set)."""
+    hop_balance: float = 1.0
+    """How much of the question budget moves from long routes to short ones, between 0 and 4: 0 gives every path the same number; 1 gives every join count (0, 1, 2, 3 joins) the same share of the questions. A schema has more paths with two or three joins than tables, so without it most training questions need several joins and the router leans to long routes (Northwind development questions: 18 of 30 routed right without, 21 with)."""
     languages: str = "en,zh"
     """Comma-separated question languages: en, zh or both."""
     real_fraction: float = 0.6
@@ -121,6 +122,8 @@ class BuildConfig:
             raise ConfigError(f"must be >= 0, got {self.max_hops}", where="--max-hops")
         if not (math.isfinite(self.timeout_s) and self.timeout_s > 0):
             raise ConfigError(f"must be a positive number of seconds, got {self.timeout_s}", where="--timeout-s")
+        if not (math.isfinite(self.hop_balance) and 0.0 <= self.hop_balance <= 4.0):
+            raise ConfigError(f"must be between 0 and 4, got {self.hop_balance}", where="--hop-balance")
         if not 0.0 <= self.unfiltered_share <= 1.0:
             raise ConfigError(f"must be between 0 and 1, got {self.unfiltered_share}", where="--unfiltered-share")
         if not 0.0 <= self.natural_share <= 1.0:
@@ -220,6 +223,7 @@ def build_dataset(cfg: BuildConfig) -> tuple[BuiltDataset, dict[str, Any]]:
             timeout_s=cfg.timeout_s,
             unfiltered_share=cfg.unfiltered_share if backend.kind == "sqlite" else 0.0,
             natural_share=cfg.natural_share,
+            hop_balance=cfg.hop_balance,
             copy_columns=copy_columns(values, schema) if values is not None else frozenset(),
         )
         samples = run_stages(ctx)
@@ -406,6 +410,7 @@ def summarize(
             "seed": cfg.seed,
             "max_hops": cfg.max_hops,
             "samples_per_path": cfg.samples_per_path,
+            "hop_balance": cfg.hop_balance,
             "languages": list(cfg.language_list),
             "real_fraction": cfg.real_fraction,
             "paraphraser": "llm" if cfg.llm_base_url else "rules",

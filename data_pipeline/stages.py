@@ -3,11 +3,11 @@
 Each stage takes the batch of samples so far and a :class:`StageContext` and returns a new
 batch (the contract is :class:`Stage`); :data:`STAGES` lists them in order:
 
-1. :func:`seed_questions` — for every usable legal path, ``max(3, ceil(samples_per_path / 2))``
-   seed questions from the templates (families in turn, languages in turn, phrasings drawn at
+1. :func:`seed_questions` — for every usable legal path, ``max(3, ceil(n / 2))`` seed questions,
+   where ``n`` is the path's share of the budget (:func:`path_budgets`), from the templates (families in turn, languages in turn, phrasings drawn at
    random), worded with the sidecar's table/column names. Entity slots ``{E1}``/``{E2}`` stay open.
 2. :func:`paraphrase` — more wordings of each seed (rule-based, or an LLM endpoint), up to
-   ``samples_per_path`` per path; a variant keeps its seed's template id and plan.
+   ``n`` per path; a variant keeps its seed's template id and plan.
 3. :func:`fill_entities` — a real value for ``{E1}`` from the anchor table (drawn among values
    that reach the target through the path, so the gold SQL returns rows) and for ``{E2}``; the
    gold SQL; execution of the backend's gold query (the SQL itself on SQLite, its aggregation
@@ -32,6 +32,7 @@ import math
 import random
 import re
 from collections import Counter, defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -65,6 +66,9 @@ ASK_WORD_SHARE = 0.35
 """Share of single-row lookups that ask for a price or a place when the table has one (so that
 "How much does X cost?" and "Where is X?" are generated, not only "What is the name of X?")."""
 
+MAX_SAMPLES_PER_PATH = 1000
+"""Most questions one path may get, whatever its budget."""
+
 HELDOUT_WEIGHT = 0.5
 """Draw weight of a held-out phrasing relative to a training one: with 2 of 8 phrasings per group
 held out, about 1 seed in 7 (and its paraphrases) goes to ``test_heldout``."""
@@ -81,7 +85,10 @@ class StageContext:
         paths: the legal paths questions are generated for (paths through empty tables removed).
         profiles: column roles of every non-empty table (:func:`~data_pipeline.entities.profile_table`).
         languages: ``("en", "zh")`` or a subset.
-        samples_per_path: wanted samples per path after paraphrasing.
+        samples_per_path: wanted samples per path after paraphrasing, on average over the paths
+            (each path's own number: :meth:`samples_for`).
+        hop_balance: how far the budget is moved from long routes to short ones
+            (:func:`path_budgets`); 0 gives every path ``samples_per_path``.
         real_fraction: share of samples whose entity is the exact database value.
         paraphraser: the paraphrase function (rule-based or LLM).
         seed: the random seed; each stage draws from its own generator (:meth:`rng`).
@@ -112,16 +119,61 @@ class StageContext:
     unfiltered_share: float = 0.0
     natural_share: float = 0.0
     copy_columns: frozenset[tuple[str, str]] = frozenset()
+    hop_balance: float = 0.0
     counters: Counter[str] = field(default_factory=Counter)
     _values: dict[tuple[Any, ...], list[Any]] = field(default_factory=dict, repr=False)
+    _budgets: dict[JoinPath, int] = field(default_factory=dict, repr=False)
 
     def rng(self, stage: str) -> random.Random:
         """A generator for ``stage`` seeded from ``(seed, stage)``: stages do not disturb each other."""
         return random.Random(f"{self.seed}:{stage}")
 
-    @property
-    def seeds_per_path(self) -> int:
-        return max(MIN_SEEDS_PER_PATH, math.ceil(self.samples_per_path / 2))
+    def samples_for(self, path: JoinPath) -> int:
+        """Questions wanted for ``path`` after paraphrasing (its entry of :func:`path_budgets`)."""
+        if not self._budgets:
+            self._budgets.update(path_budgets(self.paths, self.samples_per_path, self.hop_balance))
+        return self._budgets.get(path, self.samples_per_path)
+
+    def seeds_for(self, path: JoinPath) -> int:
+        """Seed questions for ``path``: half its budget, at least :data:`MIN_SEEDS_PER_PATH`."""
+        return max(MIN_SEEDS_PER_PATH, math.ceil(self.samples_for(path) / 2))
+
+
+def path_budgets(paths: Sequence[JoinPath], samples_per_path: int, hop_balance: float) -> dict[JoinPath, int]:
+    """Questions per path, so that long routes do not outnumber short ones by their count alone.
+
+    A schema has more legal paths with two or three joins than tables (Northwind: 13 paths without
+    a join, 24 / 30 / 28 with one / two / three), so the same number of questions per path makes a
+    training set in which most questions need several joins (Northwind: 14% single-table, 61% with
+    two or three joins), and a router that learns to prefer long routes; people mostly ask about one
+    or two tables. A path with ``h`` joins, one of ``n_h`` such paths among ``P``
+    paths that have ``H`` different join counts, gets
+
+        ``round(samples_per_path * (P / (H * n_h)) ** hop_balance)``
+
+    questions, between :data:`MIN_SEEDS_PER_PATH` and :data:`MAX_SAMPLES_PER_PATH`: with
+    ``hop_balance`` 0 every path gets ``samples_per_path``; with 1 every join count gets the same
+    share of the questions (``P * samples_per_path / H`` each, so the total stays about the same).
+
+    >>> from core.graph import JoinPath
+    >>> ps = [JoinPath("A", (), "A"), JoinPath("B", (), "B"), JoinPath("A", (), "B"), JoinPath("B", (), "A"),
+    ...       JoinPath("A", ("B",), "C"), JoinPath("C", ("B",), "A")]
+    >>> sorted(set(path_budgets(ps, 20, 1.0).values())), sorted(set(path_budgets(ps, 20, 0.0).values()))
+    ([20], [20])
+    >>> b = path_budgets(ps[:5], 20, 1.0); b[ps[0]], b[ps[2]], b[ps[4]]
+    (17, 17, 33)
+
+    Raises:
+        ValueError: ``hop_balance`` is negative.
+    """
+    if hop_balance < 0:
+        raise ValueError(f"hop_balance must be >= 0, got {hop_balance}")
+    count = Counter(p.hops for p in paths)
+    total, kinds = len(paths), len(count)
+    return {
+        p: min(MAX_SAMPLES_PER_PATH, max(MIN_SEEDS_PER_PATH, round(samples_per_path * (total / (kinds * count[p.hops])) ** hop_balance)))
+        for p in paths
+    }
 
 
 class Stage(Protocol):
@@ -392,9 +444,9 @@ def render(text: str, words: dict[str, str], language: str) -> str:
 
 
 def seed_questions(samples: list[Sample], ctx: StageContext) -> list[Sample]:
-    """Stage 1: ``ctx.seeds_per_path`` seed questions for every path in ``ctx.paths`` (input ignored).
+    """Stage 1: ``ctx.seeds_for(path)`` seed questions for every path in ``ctx.paths`` (input ignored).
 
-    With ``ctx.unfiltered_share`` > 0, the last ``round(share * seeds_per_path)`` seeds of a path
+    With ``ctx.unfiltered_share`` > 0, the last ``round(share * seeds)`` seeds of a path
     (half rounded up) come from the families without a filter value, when the path has any.
     """
     rng = ctx.rng("seed_questions")
@@ -402,6 +454,7 @@ def seed_questions(samples: list[Sample], ctx: StageContext) -> list[Sample]:
     out: list[Sample] = []
     for path in ctx.paths:
         scope = "self" if path.hops == 0 else "join"
+        n_seeds = ctx.seeds_for(path)
         # a longer route between the same two tables is only meant when its via is named
         via_named = scope == "join" and path not in canonical
         plans: dict[str, Plan] = {}
@@ -421,12 +474,12 @@ def seed_questions(samples: list[Sample], ctx: StageContext) -> list[Sample]:
                 if plan is not None:
                     unfiltered[family] = plan
             if unfiltered:
-                n_unfiltered = min(ctx.seeds_per_path, math.floor(ctx.unfiltered_share * ctx.seeds_per_path + 0.5))
+                n_unfiltered = min(n_seeds, math.floor(ctx.unfiltered_share * n_seeds + 0.5))
             u_families = list(unfiltered)
             rng.shuffle(u_families)
-        for i in range(ctx.seeds_per_path):
+        for i in range(n_seeds):
             language = ctx.languages[(lang_start + i) % len(ctx.languages)]
-            j = i - (ctx.seeds_per_path - n_unfiltered)
+            j = i - (n_seeds - n_unfiltered)
             if j < 0:
                 family = families[i % len(families)]
                 # a fresh plan for repeated families, so the columns vary too
@@ -470,7 +523,7 @@ def seed_questions(samples: list[Sample], ctx: StageContext) -> list[Sample]:
 
 
 def paraphrase(samples: list[Sample], ctx: StageContext) -> list[Sample]:
-    """Stage 2: add paraphrases of each seed until its path has ``samples_per_path`` samples.
+    """Stage 2: add paraphrases of each seed until its path has ``ctx.samples_for(path)`` samples.
 
     The extra variants of a path are spread over its seeds in turn. A paraphraser that cannot
     find enough distinct wordings leaves the path short; ``paraphrase/shortfall`` counts it.
@@ -481,7 +534,7 @@ def paraphrase(samples: list[Sample], ctx: StageContext) -> list[Sample]:
         by_path[s.path].append(s)
     out: list[Sample] = []
     for path, seeds in by_path.items():
-        extra = max(0, ctx.samples_per_path - len(seeds))
+        extra = max(0, ctx.samples_for(path) - len(seeds))
         for j, seed in enumerate(seeds):
             out.append(seed)
             want = extra // len(seeds) + (1 if j < extra % len(seeds) else 0)

@@ -77,23 +77,39 @@ def tiny_built(tmp_path_factory):
 # ---------------------------------------------------------------------------- tiny shop
 
 
+def test_without_hop_balance_every_path_gets_the_same_number(tmp_path):
+    db = make_tiny_shop(tmp_path / "shop.sqlite")
+    ds, summary = _build(db, tmp_path / "out", samples_per_path=6, hop_balance=0.0)
+    assert set(Counter(s.path for s in ds.samples).values()) == {6}
+    assert summary["hops"]["0"] == {"paths": 6, "samples": 36} and summary["hops"]["3"] == {"paths": 6, "samples": 36}
+    assert summary["config"]["hop_balance"] == 0.0
+
+
+@pytest.mark.parametrize("bad", [-0.5, 4.5, float("nan")])
+def test_hop_balance_out_of_range_is_refused(tmp_path, bad):
+    with pytest.raises(ConfigError, match="--hop-balance"):
+        BuildConfig(db="northwind", out=tmp_path, hop_balance=bad)
+
+
 def test_every_path_gets_its_samples_and_three_seeds(tiny_built):
     _, _, ds, summary = tiny_built
     per_path = Counter(s.path for s in ds.samples)
     assert len(per_path) == TINY_PATHS == len(ds.graph.legal_paths)
-    assert set(per_path.values()) == {6}
-    assert len(ds.samples) == 6 * TINY_PATHS
+    # hop balance 1 (the default): 32 paths over 4 join counts, each count ~ 32 * 6 / 4 = 48 samples;
+    # 6 paths of 0 and of 3 joins get round(6 * 32 / 24) = 8 each, 10 of 1 and 2 joins round(4.8) = 5
+    assert {h: {n for p, n in per_path.items() if p.hops == h} for h in range(4)} == {0: {8}, 1: {5}, 2: {5}, 3: {8}}
+    assert len(ds.samples) == 6 * 8 + 10 * 5 + 10 * 5 + 6 * 8
     seeds = defaultdict(set)
     for s in ds.samples:
         seeds[s.path].add(s.meta["seed"])
-    assert min(len(v) for v in seeds.values()) == 3  # max(3, ceil(6 / 2))
+    assert {h: {len(v) for p, v in seeds.items() if p.hops == h} for h in range(4)} == {0: {4}, 1: {3}, 2: {3}, 3: {4}}
     assert summary["hops"] == {
-        "0": {"paths": 6, "samples": 36},
-        "1": {"paths": 10, "samples": 60},
-        "2": {"paths": 10, "samples": 60},
-        "3": {"paths": 6, "samples": 36},
+        "0": {"paths": 6, "samples": 48},
+        "1": {"paths": 10, "samples": 50},
+        "2": {"paths": 10, "samples": 50},
+        "3": {"paths": 6, "samples": 48},
     }
-    # 6 single-table + 10 one-hop paths have a null via: 16 of 32
+    # 6 single-table + 10 one-hop paths have a null via: 16 of 32 paths, 98 of 196 samples
     assert summary["null_via_share"] == {"paths": 0.5, "samples": 0.5}
     assert summary["dropped"] == {"total": 0}
 
@@ -180,7 +196,8 @@ def test_paraphrases_keep_their_seed_template_and_differ(tiny_built):
         assert len({s.path for s in group}) == 1
         assert [s.meta["paraphrase"] for s in group][0] is None  # the seed itself comes first
         n_para += len(group) - 1
-    assert n_para == 3 * TINY_PATHS  # 6 per path = 3 seeds + 3 paraphrases
+    # 8 per path = 4 seeds + 4 paraphrases (12 paths of 0 or 3 joins), 5 = 3 seeds + 2 (20 paths)
+    assert n_para == 12 * 4 + 20 * 2
     texts = [s.question for s in ds.samples]
     assert len(set(texts)) > 0.9 * len(texts)
 
@@ -227,7 +244,8 @@ def test_same_seed_same_files_other_seed_other_samples(tmp_path, tiny_db):
 
 
 def test_languages_and_real_fraction_options(tmp_path, tiny_db):
-    ds, summary = _build(tiny_db, tmp_path / "o", samples_per_path=3, languages="zh", real_fraction=1.0, unfiltered_share=0.0)
+    ds, summary = _build(tiny_db, tmp_path / "o", samples_per_path=3, languages="zh", real_fraction=1.0, unfiltered_share=0.0,
+                         hop_balance=0.0)
     assert summary["languages"] == {"en": 0, "zh": 3 * TINY_PATHS}
     assert summary["entity_kinds"] == {"real": 3 * TINY_PATHS}
     assert all(s.entities[0].surface == str(s.entities[0].value) for s in ds.samples)
@@ -492,7 +510,7 @@ def test_empty_table_gets_synthetic_rows_in_a_copy(tmp_path, tiny_db, capsys):
     _add_empty_reviews(tiny_db)
     before = tiny_db.read_bytes()
     out = tmp_path / "o"
-    summary = main(["--db", str(tiny_db), "--out", str(out), "--samples-per-path", "3", "--max-hops", "1"])
+    summary = main(["--db", str(tiny_db), "--out", str(out), "--samples-per-path", "3", "--max-hops", "1", "--hop-balance", "0"])
     err = capsys.readouterr().err
     copy = out / "database.sqlite"
     assert f"warning: tables without rows: reviews; synthetic rows (reviews 30) written to a copy, {copy}" in err

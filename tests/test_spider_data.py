@@ -53,7 +53,8 @@ def test_concert_singer_covers_every_legal_path(tmp_path, spider_ok):
     assert human and not human & {s.question for s in ds.samples}
     (row,) = load_index(tmp_path)
     assert (row.db_id, row.tables, row.legal_paths, row.covered_paths) == ("concert_singer", 4, 16, 16)
-    assert row.samples == len(ds.samples) == 48 and row.synthetic_rows == 120 and row.gold_with_rows == 1.0
+    # hop balance: 3 per path of 0, 1 (at least 3) and 2 joins, 3 * 16 / (4 * 2) = 6 per 3-join path
+    assert row.samples == len(ds.samples) == 14 * 3 + 2 * 6 and row.synthetic_rows == 120 and row.gold_with_rows == 1.0
     assert row.warnings == ()
 
 

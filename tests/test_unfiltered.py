@@ -36,7 +36,8 @@ PER_PATH = 4  # 3 seeds per path; round(0.5 * 3) = 2 of them without a filter va
 def unfiltered_built(tmp_path_factory):
     root = tmp_path_factory.mktemp("unfiltered")
     db = make_tiny_shop(root / "shop.sqlite")
-    ds, summary = build_dataset(BuildConfig(db=str(db), out=root / "out", samples_per_path=PER_PATH, unfiltered_share=SHARE))
+    ds, summary = build_dataset(BuildConfig(db=str(db), out=root / "out", samples_per_path=PER_PATH, unfiltered_share=SHARE,
+                                                        hop_balance=0.0))
     return db, ds, summary
 
 
