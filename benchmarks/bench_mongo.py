@@ -2,7 +2,7 @@
 
 Starts a wire-protocol test server (tests/mongo_server.py: ``secantus`` by default, or
 ``--server nx-27017``, or ``--uri`` for one already running), builds a Northwind data set
-(``--samples-per-path``, default 10 as ``python -m data_pipeline.build``), copies its database
+(``--samples-per-path``, default 10; ``python -m data_pipeline.build`` uses 20), copies its database
 into MongoDB with ``data_pipeline.mongo_load``, then measures:
 
 1. every sample's gold pipeline against its gold SQL (``results_match``, and exact multisets);

@@ -142,20 +142,21 @@ class SchemaGraph:
         Raises:
             SchemaError: more than :data:`MAX_LEGAL_PATHS` paths (``max_hops`` named).
         """
-        paths = [JoinPath(t, (), t) for t in self.schema.table_names]
+        names = self.schema.table_names
+        paths = [JoinPath(t, (), t) for t in names]
         if self.max_hops > 0:
-            for a in self.schema.table_names:
-                for t in self.schema.table_names:
-                    if a == t:
-                        continue
-                    for nodes in nx.all_simple_paths(self.graph, a, t, cutoff=self.max_hops):
-                        paths.append(JoinPath(nodes[0], tuple(nodes[1:-1]), nodes[-1]))
-                        if len(paths) > MAX_LEGAL_PATHS:
-                            raise SchemaError(
-                                f"schema {self.schema.name!r} has more than {MAX_LEGAL_PATHS:,} legal paths of up to "
-                                f"{self.max_hops} joins; use a smaller max_hops (3 is the default)",
-                                where="max_hops",
-                            )
+            for a in names:
+                # one search per anchor towards every other table: each step of it yields a path,
+                # so the cap below also bounds the time (a search per pair would first walk every
+                # simple path of the component looking for a table it cannot reach)
+                for nodes in nx.all_simple_paths(self.graph, a, set(names) - {a}, cutoff=self.max_hops):
+                    paths.append(JoinPath(nodes[0], tuple(nodes[1:-1]), nodes[-1]))
+                    if len(paths) > MAX_LEGAL_PATHS:
+                        raise SchemaError(
+                            f"schema {self.schema.name!r} has more than {MAX_LEGAL_PATHS:,} legal paths of up to "
+                            f"{self.max_hops} joins; use a smaller max_hops (3 is the default)",
+                            where="max_hops",
+                        )
         return tuple(sorted(paths, key=lambda p: (p.hops, p.anchor, p.via, p.target)))
 
     @cached_property

@@ -55,8 +55,6 @@ from data_pipeline.synthesize import ROWS_PER_TABLE, synthesize_rows
 from data_pipeline.templates import heldout_template_ids
 from core.values import ValueIndex, ValueIndexConfig, copy_columns
 
-"""Most questions per path a build may ask for (more only repeats the templates and fills memory)."""
-
 SYNTHESIZED_DB = "database.sqlite"
 """File name, inside the output folder, of the copy whose empty tables got synthetic rows."""
 
@@ -80,9 +78,9 @@ class BuildConfig:
     seed: int = 0
     """Random seed; the same seed gives the same data set."""
     samples_per_path: int = 20
-    """Questions per legal path after paraphrasing, on average (at least 3 seeds each); 20 routed people's questions better than 10 (Northwind: 70% vs 50% of a development set)."""
+    """Questions per legal path after paraphrasing: exactly that with --hop-balance 0, on average with 1 (at least 3 seeds each); 20 routed people's questions better than 10 (Northwind: 70% vs 50% of a development set)."""
     hop_balance: float = 1.0
-    """How much of the question budget moves from long routes to short ones, between 0 and 4: 0 gives every path the same number; 1 gives every join count (0, 1, 2, 3 joins) the same share of the questions. A schema has more paths with two or three joins than tables, so without it most training questions need several joins and the router leans to long routes (Northwind development questions: 18 of 30 routed right without, 21 with)."""
+    """How far questions move from join counts with many paths to join counts with few, between 0 and 4: 0 gives every path the same number; 1 gives every join count (0, 1, 2, 3 joins) the same share of the questions, about as many in total; above 1 the rare join counts get more than an equal share and the total grows. Schemas such as Northwind have more paths with two or three joins than tables, so without it most training questions need several joins and the router leans to long routes (Northwind development questions: 18 of 30 routed right without, 21 with)."""
     languages: str = "en,zh"
     """Comma-separated question languages: en, zh or both."""
     real_fraction: float = 0.6

@@ -4,8 +4,9 @@ Each stage takes the batch of samples so far and a :class:`StageContext` and ret
 batch (the contract is :class:`Stage`); :data:`STAGES` lists them in order:
 
 1. :func:`seed_questions` — for every usable legal path, ``max(3, ceil(n / 2))`` seed questions,
-   where ``n`` is the path's share of the budget (:func:`path_budgets`), from the templates (families in turn, languages in turn, phrasings drawn at
-   random), worded with the sidecar's table/column names. Entity slots ``{E1}``/``{E2}`` stay open.
+   where ``n`` is the path's share of the budget (:func:`path_budgets`), from the templates
+   (families in turn, languages in turn, phrasings drawn at random), worded with the sidecar's
+   table/column names. Entity slots ``{E1}``/``{E2}`` stay open.
 2. :func:`paraphrase` — more wordings of each seed (rule-based, or an LLM endpoint), up to
    ``n`` per path; a variant keeps its seed's template id and plan.
 3. :func:`fill_entities` — a real value for ``{E1}`` from the anchor table (drawn among values
@@ -67,7 +68,8 @@ ASK_WORD_SHARE = 0.35
 "How much does X cost?" and "Where is X?" are generated, not only "What is the name of X?")."""
 
 MAX_SAMPLES_PER_PATH = 1000
-"""Most questions one path may get, whatever its budget."""
+"""Most questions one path may get, whatever its budget, and the most ``--samples-per-path`` may ask
+for (more only repeats the templates and fills memory)."""
 
 HELDOUT_WEIGHT = 0.5
 """Draw weight of a held-out phrasing relative to a training one: with 2 of 8 phrasings per group
@@ -85,10 +87,11 @@ class StageContext:
         paths: the legal paths questions are generated for (paths through empty tables removed).
         profiles: column roles of every non-empty table (:func:`~data_pipeline.entities.profile_table`).
         languages: ``("en", "zh")`` or a subset.
-        samples_per_path: wanted samples per path after paraphrasing, on average over the paths
-            (each path's own number: :meth:`samples_for`).
-        hop_balance: how far the budget is moved from long routes to short ones
-            (:func:`path_budgets`); 0 gives every path ``samples_per_path``.
+        samples_per_path: wanted samples per path after paraphrasing: exactly that with
+            ``hop_balance`` 0, on average with 1 (each path's own number: :meth:`samples_for`).
+        hop_balance: how far the budget moves from join counts with many paths to those with few
+            (:func:`path_budgets`); 0 here gives every path ``samples_per_path`` (``BuildConfig``'s
+            default is 1).
         real_fraction: share of samples whose entity is the exact database value.
         paraphraser: the paraphrase function (rule-based or LLM).
         seed: the random seed; each stage draws from its own generator (:meth:`rng`).
@@ -153,7 +156,8 @@ def path_budgets(paths: Sequence[JoinPath], samples_per_path: int, hop_balance: 
 
     questions, between :data:`MIN_SEEDS_PER_PATH` and :data:`MAX_SAMPLES_PER_PATH`: with
     ``hop_balance`` 0 every path gets ``samples_per_path``; with 1 every join count gets the same
-    share of the questions (``P * samples_per_path / H`` each, so the total stays about the same).
+    share of the questions (``P * samples_per_path / H`` each, so the total stays about the same,
+    plus what the minimum of 3 adds); above 1 rare join counts get more than an equal share.
 
     >>> from core.graph import JoinPath
     >>> ps = [JoinPath("A", (), "A"), JoinPath("B", (), "B"), JoinPath("A", (), "B"), JoinPath("B", (), "A"),
@@ -164,10 +168,10 @@ def path_budgets(paths: Sequence[JoinPath], samples_per_path: int, hop_balance: 
     (17, 17, 33)
 
     Raises:
-        ValueError: ``hop_balance`` is negative.
+        ValueError: ``hop_balance`` is negative, infinite or NaN.
     """
-    if hop_balance < 0:
-        raise ValueError(f"hop_balance must be >= 0, got {hop_balance}")
+    if not (math.isfinite(hop_balance) and hop_balance >= 0):
+        raise ValueError(f"hop_balance must be a finite number >= 0, got {hop_balance}")
     count = Counter(p.hops for p in paths)
     total, kinds = len(paths), len(count)
     return {

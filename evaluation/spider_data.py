@@ -84,6 +84,7 @@ def build_spider_dev_datasets(
     languages: str = "en,zh",
     synthetic_rows: int = ROWS_PER_TABLE,
     unfiltered_share: float = _BUILD_DEFAULTS["unfiltered_share"],
+    hop_balance: float = _BUILD_DEFAULTS["hop_balance"],
 ) -> dict[str, Path]:
     """Build one generated data set per Spider database into ``out_root/<db_id>/``.
 
@@ -91,7 +92,7 @@ def build_spider_dev_datasets(
         out_root: parent folder (created); ``index.json`` there lists a :class:`SpiderDataRow`
             per database.
         db_ids: databases to build; default: the 20 of Spider dev. Any ``tables.json`` id works.
-        samples_per_path, max_hops, seed, languages, unfiltered_share: as in
+        samples_per_path, max_hops, seed, languages, unfiltered_share, hop_balance: as in
             :class:`~data_pipeline.pipeline.BuildConfig`.
         synthetic_rows: rows synthesized per table.
 
@@ -120,6 +121,7 @@ def build_spider_dev_datasets(
             synthesize_empty=True,
             synthetic_rows=synthetic_rows,
             unfiltered_share=unfiltered_share,
+            hop_balance=hop_balance,
         )
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
@@ -153,7 +155,7 @@ class SpiderDataConfig:
     db_ids: str = ""
     """Comma-separated database ids (default: the 20 of Spider dev)."""
     samples_per_path: int = _BUILD_DEFAULTS["samples_per_path"]
-    """Questions per legal path after paraphrasing (at least 3)."""
+    """Questions per legal path after paraphrasing, on average (at least 3)."""
     max_hops: int = DEFAULT_MAX_HOPS
     """Longest join path, in joins."""
     seed: int = 0
@@ -164,6 +166,8 @@ class SpiderDataConfig:
     """Synthetic rows per table."""
     unfiltered_share: float = _BUILD_DEFAULTS["unfiltered_share"]
     """Share of each path's seed questions written without a filter value ("How many singers are there?"), rounded per path; the same default as data_pipeline.build."""
+    hop_balance: float = _BUILD_DEFAULTS["hop_balance"]
+    """How far questions move from join counts with many paths to those with few: 0 gives every path the same number, 1 every join count the same share; the same default as data_pipeline.build."""
 
 
 def print_index(rows: Sequence[SpiderDataRow]) -> None:
@@ -213,7 +217,7 @@ def main(argv: Sequence[str] | None = None) -> list[SpiderDataRow]:
     start = time.perf_counter()
     build_spider_dev_datasets(
         cfg.out, ids, cfg.samples_per_path, cfg.max_hops, cfg.seed, languages=cfg.languages, synthetic_rows=cfg.synthetic_rows,
-        unfiltered_share=cfg.unfiltered_share,
+        unfiltered_share=cfg.unfiltered_share, hop_balance=cfg.hop_balance,
     )
     rows = load_index(cfg.out)
     print_index(rows)

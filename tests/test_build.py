@@ -67,7 +67,7 @@ def _build(db: Path, out: Path, **kw) -> tuple:
 
 @pytest.fixture(scope="module")
 def tiny_built(tmp_path_factory):
-    """The tiny shop built once: 6 samples per path, default seed."""
+    """The tiny shop built once: ``samples_per_path=6`` (hop-balanced: 5 or 8 per path), default seed."""
     root = tmp_path_factory.mktemp("tiny")
     db = make_tiny_shop(root / "shop.sqlite")
     ds, summary = _build(db, root / "out", samples_per_path=6)
@@ -91,7 +91,7 @@ def test_hop_balance_out_of_range_is_refused(tmp_path, bad):
         BuildConfig(db="northwind", out=tmp_path, hop_balance=bad)
 
 
-def test_every_path_gets_its_samples_and_three_seeds(tiny_built):
+def test_every_path_gets_its_hop_balanced_samples_and_seeds(tiny_built):
     _, _, ds, summary = tiny_built
     per_path = Counter(s.path for s in ds.samples)
     assert len(per_path) == TINY_PATHS == len(ds.graph.legal_paths)

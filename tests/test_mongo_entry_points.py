@@ -2,9 +2,10 @@
 the gym env on a data set built from the server.
 
 One real wire-protocol server per module (tests/mongo_server.py; under ``CI=true`` a server that
-cannot start fails these tests, elsewhere they skip). The tiny shop is built on SQLite (3 samples
-per path), its database copied to the server with ``python -m data_pipeline.mongo_load``, and the
-same data set built again from the server: the two must agree sample for sample, the MongoDB one
+cannot start fails these tests, elsewhere they skip). The tiny shop is built on SQLite
+(``samples_per_path=3``), its database copied to the server with ``python -m
+data_pipeline.mongo_load``, and the same data set built again from the server: the two must agree
+sample for sample, the MongoDB one
 carrying its gold aggregation pipelines. A router is an untrained MiniLM with small heads, saved
 with the SQLite schema: what matters here is that it loads and routes the same on both backends.
 """

@@ -4,8 +4,8 @@ Tests marked ``mongo`` talk to a real wire-protocol server on 127.0.0.1 (tests/m
 ``secantusdb`` started as a child process, or ``R2S_MONGO_URI``). Under CI (``CI=true``) a server
 that cannot start fails them; elsewhere they skip with the reason. Never a mock.
 
-Northwind is copied from its SQLite sample once per module; the data set is built with 3 samples
-per path (231 samples) once per module too.
+Northwind is copied from its SQLite sample once per module; the data set is built with
+``samples_per_path=3`` (hop-balanced: 3 to 5 per path) once per module too.
 """
 
 from __future__ import annotations
@@ -87,7 +87,7 @@ def northwind_sqlite() -> Path:
 
 @pytest.fixture(scope="module")
 def northwind_dir(northwind_sqlite: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A Northwind data set, 3 samples per path (its database has synthetic rows in the empty tables)."""
+    """A Northwind data set, ``samples_per_path=3`` (its database has synthetic rows in the empty tables)."""
     out = tmp_path_factory.mktemp("nw")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

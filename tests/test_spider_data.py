@@ -80,5 +80,5 @@ def test_spider_data_sets_get_the_defaults_of_every_data_set():
     build = {f.name: f.default for f in fields(BuildConfig)}
     spider = {f.name: f.default for f in fields(SpiderDataConfig)}
     params = inspect.signature(build_spider_dev_datasets).parameters
-    for name in ("samples_per_path", "unfiltered_share", "max_hops", "languages"):
+    for name in ("samples_per_path", "unfiltered_share", "hop_balance", "max_hops", "languages"):
         assert spider[name] == build[name] == params[name].default, name
