@@ -21,7 +21,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from core.errors import DataError
+from core.errors import DataError, SchemaError
 from core.graph import SchemaGraph
 from core.io import write_json
 from core.samples import Sample, load_samples, save_samples
@@ -92,7 +92,8 @@ def load_dataset(data_dir: str | Path, db_path: str | Path | None = None, *, sql
         DataError: the folder, ``schema.json`` or ``samples.jsonl`` is missing or malformed, a
             sample's path is not legal in the schema (file and line named), or ``sql_user`` is set
             and the data set was built on MongoDB without a ``db_path``; ``human.jsonl`` or
-            ``values.json`` is malformed.
+            ``values.json`` is malformed; ``schema.json``'s ``max_hops`` gives more than
+            :data:`core.graph.MAX_LEGAL_PATHS` legal paths.
     """
     d = Path(data_dir)
     schema_file = d / "schema.json"
@@ -101,8 +102,11 @@ def load_dataset(data_dir: str | Path, db_path: str | Path | None = None, *, sql
     try:
         meta = json.loads(schema_file.read_text(encoding="utf-8"))
         graph = SchemaGraph.from_dict(meta)
+        graph.legal_paths  # a max_hops that gives too many paths is this file's fault, said here
     except (ValueError, KeyError, TypeError, AttributeError) as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
         raise DataError(f"malformed schema file ({exc})", where=schema_file) from exc
+    except SchemaError as exc:
+        raise DataError(str(exc), where=schema_file) from exc
     schema = graph.schema
     if sql_user is not None and schema.backend == "mongodb" and db_path is None:
         raise DataError(f"built on MongoDB, but {sql_user} executes SQL: build the data set on SQLite "

@@ -28,7 +28,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from core.errors import CheckpointError, ConfigError
+from core.errors import CheckpointError, ConfigError, SchemaError
 from core.graph import DEFAULT_MAX_HOPS, SchemaGraph
 from core.io import write_json
 from core.schema import Schema
@@ -256,7 +256,8 @@ class RouterCheckpointConfig:
 
         Raises:
             CheckpointError: ``target``'s fingerprint is not recorded and ``retarget`` is False
-                (both fingerprints and ``where`` named).
+                (both fingerprints and ``where`` named), or the recorded ``max_hops`` gives more
+                than :data:`core.graph.MAX_LEGAL_PATHS` paths over it.
         """
         schema = target.schema if isinstance(target, SchemaGraph) else target
         fp = schema.fingerprint()
@@ -274,7 +275,13 @@ class RouterCheckpointConfig:
         if isinstance(target, SchemaGraph) and max_hops in (None, target.max_hops):
             return target, known
         hops = max_hops if max_hops is not None else recorded[fp].max_hops if known else self.max_hops
-        return SchemaGraph(schema, max_hops=hops), known
+        graph = SchemaGraph(schema, max_hops=hops)
+        if max_hops is None:  # the number came from config.json: say so if it cannot be routed over
+            try:
+                graph.legal_paths
+            except SchemaError as exc:
+                raise CheckpointError(f"{exc.message}; max_hops {hops} is recorded in {CONFIG_FILE}", where=where) from exc
+        return graph, known
 
     # ------------------------------------------------------------------ JSON
 

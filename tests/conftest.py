@@ -42,3 +42,16 @@ def make_tiny_shop(path: Path) -> Path:
 def tiny_db(tmp_path: Path) -> Path:
     """A fresh copy of the tiny shop database."""
     return make_tiny_shop(tmp_path / "shop.sqlite")
+
+
+def dense_schema(n: int = 9):
+    """A schema of ``n`` tables with a foreign key between every pair (~986,000 simple paths at
+    n = 9 without a join limit) plus ``a_alone``, a table joined to nothing that sorts first."""
+    from core.schema import Column, ForeignKey, Schema, Table
+
+    tables = (Table("a_alone", (Column("id", "INTEGER", primary_key=True),)),) + tuple(
+        Table(f"t{i}", (Column("id", "INTEGER", primary_key=True), *(Column(f"r{j}", "INTEGER") for j in range(n) if j != i)))
+        for i in range(n)
+    )
+    fks = tuple(ForeignKey(f"t{i}", f"r{j}", f"t{j}", "id") for i in range(n) for j in range(i + 1, n))
+    return Schema("dense", tables, fks)

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import make_tiny_shop
+from conftest import dense_schema, make_tiny_shop
 
 from core.errors import CheckpointError
 from core.graph import DEFAULT_MAX_HOPS, SchemaGraph
@@ -96,3 +96,16 @@ def test_a_config_nested_too_deep_is_one_line(graphs, tmp_path: Path) -> None:
     with pytest.raises(CheckpointError, match="unreadable config") as info:
         RouterCheckpointConfig.load(tmp_path)
     assert str(info.value).startswith(str(tmp_path / "config.json")) and "\n" not in str(info.value)
+
+
+def test_a_recorded_max_hops_with_too_many_paths_names_config_json() -> None:
+    # a hostile max_hops in config.json: one clear error naming the file, not an endless enumeration
+    g = SchemaGraph(dense_schema(9), max_hops=1)
+    ck = RouterCheckpointConfig.for_graphs(RouterModelConfig(head_dim=16), [g])
+    doc = ck.to_dict()
+    doc["max_hops"] = 10**6
+    hostile = RouterCheckpointConfig.from_dict(doc)
+    with pytest.raises(CheckpointError, match=r"^runs/r: schema 'dense' has more than 200,000 legal paths of up to 1000000 "
+                                              r"joins; .*; max_hops 1000000 is recorded in config\.json$"):
+        hostile.bind(g.schema, where="runs/r")
+    assert hostile.bind(g.schema, max_hops=1, where="runs/r")[0].max_hops == 1  # the caller's own limit wins

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import sqlite3
 
 import pytest
+
+from conftest import dense_schema
 
 from data_pipeline import JoinPath, SchemaGraph, introspect
 from core.errors import DataError, SchemaError
@@ -117,21 +120,24 @@ def test_schema_round_trip(tiny_db):
 
 
 def test_too_many_legal_paths_is_one_clear_error():
-    # nine tables, every pair joined: ~986,000 simple paths without a join limit; a hostile
-    # max_hops (from a config file, say) must stop at the cap with an error, not enumerate them all
+    # a hostile max_hops (from a config file, say) must stop at the cap with an error, not
+    # enumerate every path; the isolated table that sorts first would make a search per
+    # (anchor, target) pair walk every simple path of the dense part before yielding one
     from core.graph import MAX_LEGAL_PATHS
-    from core.schema import Column, ForeignKey, Schema, Table
 
-    # plus a table joined to nothing, named to come first: a search per (anchor, target) pair would
-    # walk every simple path of the dense part looking for it before yielding a single path
-    n = 9
-    tables = (Table("a_alone", (Column("id", "INTEGER", primary_key=True),)),) + tuple(
-        Table(f"t{i}", (Column("id", "INTEGER", primary_key=True), *(Column(f"r{j}", "INTEGER") for j in range(n) if j != i)))
-        for i in range(n)
-    )
-    fks = tuple(ForeignKey(f"t{i}", f"r{j}", f"t{j}", "id") for i in range(n) for j in range(i + 1, n))
-    dense = Schema("dense", tables, fks)
+    dense = dense_schema(9)
     with pytest.raises(SchemaError, match=f"more than {MAX_LEGAL_PATHS:,} legal paths of up to 1000000 joins") as err:
         SchemaGraph(dense, max_hops=10**6).legal_paths
     assert "\n" not in str(err.value) and str(err.value).startswith("max_hops: ")
+    n = 9
     assert len(SchemaGraph(dense, max_hops=2).legal_paths) == 1 + n + n * (n - 1) + n * (n - 1) * (n - 2)
+
+
+def test_a_data_set_whose_max_hops_gives_too_many_paths_names_its_schema_file(tmp_path):
+    from core.dataset import load_dataset
+
+    doc = SchemaGraph(dense_schema(9), max_hops=10**6).to_dict()
+    (tmp_path / "schema.json").write_text(json.dumps(doc), encoding="utf-8")
+    (tmp_path / "samples.jsonl").write_text("", encoding="utf-8")
+    with pytest.raises(DataError, match=r"schema\.json: max_hops: schema 'dense' has more than 200,000 legal paths"):
+        load_dataset(tmp_path)
