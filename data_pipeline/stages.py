@@ -125,16 +125,18 @@ class StageContext:
     hop_balance: float = 0.0
     counters: Counter[str] = field(default_factory=Counter)
     _values: dict[tuple[Any, ...], list[Any]] = field(default_factory=dict, repr=False)
-    _budgets: dict[JoinPath, int] = field(default_factory=dict, repr=False)
+    _budgets: dict[JoinPath, int] = field(init=False, repr=False)
 
     def rng(self, stage: str) -> random.Random:
         """A generator for ``stage`` seeded from ``(seed, stage)``: stages do not disturb each other."""
         return random.Random(f"{self.seed}:{stage}")
 
+    def __post_init__(self) -> None:
+        # derived from the fields once, so dataclasses.replace(ctx, paths=...) recomputes it
+        self._budgets = path_budgets(self.paths, self.samples_per_path, self.hop_balance)
+
     def samples_for(self, path: JoinPath) -> int:
         """Questions wanted for ``path`` after paraphrasing (its entry of :func:`path_budgets`)."""
-        if not self._budgets:
-            self._budgets.update(path_budgets(self.paths, self.samples_per_path, self.hop_balance))
         return self._budgets.get(path, self.samples_per_path)
 
     def seeds_for(self, path: JoinPath) -> int:
