@@ -39,7 +39,7 @@ from __future__ import annotations
 import time
 from itertools import zip_longest
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -192,7 +192,8 @@ NO_GENERATION_ON_MONGODB = (
 
 
 def server_dataset(cfg: ABConfig, ds: BuiltDataset) -> BuiltDataset:
-    """``ds`` with the schema read from ``cfg.uri`` (``--backend mongodb``), or ``ds`` itself for sqlite.
+    """``ds`` with the schema read from ``cfg.uri`` (``--backend mongodb``), or ``ds`` itself for sqlite;
+    its samples, human split and value index are kept.
 
     Raises:
         ConfigError: the server's schema has another fingerprint than the data set's
@@ -208,7 +209,7 @@ def server_dataset(cfg: ABConfig, ds: BuiltDataset) -> BuiltDataset:
             f"{ds.schema.name!r} (fingerprint {ds.schema.fingerprint()}) in {cfg.data}",
             where="--uri",
         )
-    return BuiltDataset(schema, SchemaGraph(schema, max_hops=ds.graph.max_hops), ds.samples, ds.db_path)
+    return replace(ds, schema=schema, graph=SchemaGraph(schema, max_hops=ds.graph.max_hops))  # its human split and value index kept
 
 
 def select_samples(samples: Sequence[Sample], n: int) -> list[Sample]:

@@ -23,6 +23,7 @@ tables); the graph's ``max_hops`` is the caller's, else the graph's own, else th
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
@@ -86,6 +87,8 @@ class RouterModelConfig:
     """Sentence pooling of the encoder (mean or cls)."""
     n_link_features: int = len(LINK_FEATURES)
     """Lexical link features per (question, table); see router.text.link_features."""
+    anchor_prior: float = 4.0
+    """Added to the score (in nats) of every route whose anchor the question supports by a value it mentions or by naming it, times that support in [0, 1] (router.text.anchor_support); 0 turns it off. A fixed prior, not trained."""
 
     def __post_init__(self) -> None:
         if not 0 <= self.trainable_layers <= self.num_layers:
@@ -96,6 +99,8 @@ class RouterModelConfig:
         for name in ("head_dim", "max_via_len", "max_question_tokens", "max_table_tokens", "hidden_size"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"must be >= 1, got {getattr(self, name)}", where=name)
+        if not (math.isfinite(self.anchor_prior) and self.anchor_prior >= 0):
+            raise ConfigError(f"must be a finite number >= 0, got {self.anchor_prior}", where="anchor_prior")
         if not 0 <= self.dropout < 1:
             raise ConfigError(f"must be in [0, 1), got {self.dropout}", where="dropout")
 

@@ -25,6 +25,7 @@ Metrics of a group of samples:
 
 from __future__ import annotations
 
+import math
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -184,6 +185,8 @@ class EvalConfig:
     """Also print every wrongly routed question with its gold and predicted path."""
     retarget: bool = False
     """Allow routers trained on another schema (Router.from_pretrained(retarget=True))."""
+    anchor_prior: float | None = None
+    """Score every router with this anchor prior instead of its own (see router.train_sft --anchor-prior; 0 turns it off), to measure what it changes without training again."""
     threads: int = 0
     """Torch CPU threads (0: all cores)."""
     out: Path | None = None
@@ -198,6 +201,8 @@ class EvalConfig:
                     raise ConfigError(f"unknown split {name!r} in {group!r}; splits are {', '.join(SPLITS)}", where="--splits")
         if self.threads < 0:
             raise ConfigError(f"must be >= 0, got {self.threads}", where="--threads")
+        if self.anchor_prior is not None and not (math.isfinite(self.anchor_prior) and self.anchor_prior >= 0):
+            raise ConfigError(f"must be a finite number >= 0, got {self.anchor_prior}", where="--anchor-prior")
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, dict[str, Any]]:
@@ -231,6 +236,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, dict[str, Any]]:
     results: dict[str, dict[str, Any]] = {}
     for ckpt in cfg.router:
         router = Router.from_pretrained(ckpt, ds.graph, retarget=cfg.retarget, values=ds.values)
+        if cfg.anchor_prior is not None:
+            router.policy.model.config.anchor_prior = cfg.anchor_prior
         results[str(ckpt)] = {}
         for group, samples in groups.items():
             if not samples:

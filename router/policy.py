@@ -5,7 +5,17 @@ softmax over legal paths of the summed head potentials of :class:`router.model.R
 
     log p(a, v, t) = log_softmax over legal paths of [ S_anchor(a) + S_via(a, v) + S_target(a, v, t) ]
 
-so illegal paths have probability 0 and are never sampled, and decoding is joint (the via
+where a router routes (``with_anchor_prior``: :class:`router.route.Router`, and the evaluations
+inside SFT and PPO), the potential also gets ``anchor_prior * support(a)``: ``support(a)`` in
+[0, 1] is how much the question's own words support starting from ``a`` (a value it mentions is
+stored there or, with no value mentioned, it names the table: :func:`router.text.anchor_support`),
+``anchor_prior`` (:class:`router.checkpoint.RouterModelConfig`, 4 nats by default, 0 for none) a
+fixed weight. It is not in what SFT and PPO optimise: generated questions always name their
+anchor, so a network trained with the prior leans on it and learns less anchor evidence of its
+own (measured: docs/results/routing_human.md), while people ask "Which orders had freight charges
+above 80?" and a router without it started from Shippers.
+
+Illegal paths have probability 0 and are never sampled, and decoding is joint (the via
 potential only has to tell apart the vias that lead from the anchor to the same target).
 The per-head probabilities are the chain-rule factors of that joint, each a distribution
 over the choices that are legal given the earlier ones:
@@ -37,6 +47,7 @@ from torch import nn
 
 from core.errors import DataError
 from router.model import CandidateEncoding, PathSpace, RouterModel
+from router.text import anchor_support
 
 
 @dataclass(frozen=True)
@@ -220,13 +231,20 @@ class RouterPolicy(nn.Module):
         return self.model.encode_candidates(self.space, states, self._table_mask)
 
     def distribution(
-        self, batch: RouterBatch | Mapping[str, Any], candidates: CandidateEncoding | None = None
+        self,
+        batch: RouterBatch | Mapping[str, Any],
+        candidates: CandidateEncoding | None = None,
+        with_anchor_prior: bool = False,
     ) -> PathDistribution:
         """The joint distribution over legal paths for ``batch``.
 
         Args:
             batch: questions (see :meth:`as_batch`).
             candidates: precomputed :meth:`candidates` (only valid while the weights do not change).
+            with_anchor_prior: add the fixed anchor prior (module docstring): True where a router
+                routes or is evaluated (:class:`router.route.Router`, the SFT and PPO evaluations),
+                False (the default) for what SFT and PPO optimise, so the network learns its
+                own anchor evidence.
 
         Returns:
             :class:`PathDistribution`; ``log_prob`` is ``(batch, n_legal_paths)``.
@@ -238,7 +256,11 @@ class RouterPolicy(nn.Module):
         cand = candidates if candidates is not None else self.candidates()
         scores = self.model.head_scores(space, states, b.attention_mask, b.links, cand, b.mentions)
         dev = scores.anchor.device
-        potential = scores.anchor[:, space.path_anchor.to(dev)] + scores.via[:, space.path_pair.to(dev)] + scores.target
+        path_anchor = space.path_anchor.to(dev)
+        potential = scores.anchor[:, path_anchor] + scores.via[:, space.path_pair.to(dev)] + scores.target
+        prior = self.model.config.anchor_prior
+        if with_anchor_prior and prior:
+            potential = potential + prior * anchor_support(b.links.to(dev))[:, path_anchor]
         joint = potential.log_softmax(-1)  # (B, N)
         pair = grouped_logsumexp(joint, space.path_pair, space.n_pairs)  # log p(a, v), (B, P)
         anchor = grouped_logsumexp(pair, space.pair_anchor, space.n_tables)  # log p(a), (B, T)

@@ -22,7 +22,8 @@ File mode: ``--file in.jsonl --out out.jsonl`` reads one ``{"question": ...}`` o
 one :meth:`RoutedPath.to_dict` per line.
 
 MongoDB: ``--backend mongodb --uri mongodb://HOST:PORT/DATABASE`` routes over the schema read from
-the server (:func:`~data_pipeline.backends.registry.open_backend`). A copy made by
+the server (:func:`~data_pipeline.backends.registry.open_backend`), with a value index built from
+the server's own values (:meth:`core.values.ValueIndex.build`). A copy made by
 ``python -m data_pipeline.mongo_load`` has the SQLite schema's fingerprint, so a router trained on
 the SQLite database loads on it without ``--retarget``. Each route's ``skeleton`` is then the
 path's ``$lookup`` pipeline (JSON, :func:`~data_pipeline.backends.mongo_pipeline.skeleton_pipeline`)
@@ -291,7 +292,7 @@ class Router:
                 batch = self.policy.make_batch(chunk)
             except DataError as exc:
                 raise DataError(exc.message, where="question", line=start + (exc.line or 1)) from exc
-            out.append(self.policy.distribution(batch, candidates=self._candidates()))
+            out.append(self.policy.distribution(batch, candidates=self._candidates(), with_anchor_prior=True))
         return out
 
     def route_batch(self, questions: Sequence[str], top_k: int = 3, batch_size: int = 64) -> list[RoutedPath]:
@@ -471,16 +472,19 @@ def main(args: Sequence[str] | None = None) -> list[RoutedPath]:
     if cfg.threads > 0:
         torch.set_num_threads(cfg.threads)
     schema_src: Schema | Path | None = cfg.db if cfg.db is not None else cfg.schema
+    values: ValueIndex | None = None
     if cfg.backend == "mongodb":
         from data_pipeline.backends.registry import open_backend
 
         with open_backend("mongodb", cfg.db, cfg.uri, descriptions=cfg.descriptions) as backend:
             schema_src = backend.introspect()
+            values, _ = ValueIndex.build(backend, schema_src)  # value linking on the server's own values
     if cfg.out is not None:
         ensure_writable_dir(cfg.out.parent)  # fail before loading the router, not after routing
     router = Router.from_pretrained(
-        cfg.router, schema_src, retarget=cfg.retarget, max_hops=cfg.max_hops, descriptions=cfg.descriptions
-    )
+        cfg.router, schema_src, retarget=cfg.retarget, max_hops=cfg.max_hops, descriptions=cfg.descriptions,
+        values=values,
+    )  # fmt: skip
     router.min_confidence = cfg.min_confidence
     if cfg.file is None:
         routes = _for_backend(cfg, router, router.route_batch(list(cfg.questions), top_k=cfg.top_k, batch_size=cfg.batch_size))

@@ -177,7 +177,8 @@ def lr_lambda(total_steps: int, warmup_ratio: float) -> Any:
 
 @torch.no_grad()
 def predict_split(policy: RouterPolicy, split: EncodedSplit, batch_size: int = 128) -> tuple[list[int], float]:
-    """Joint-decoded path indices of a cached split and its mean gold-path NLL (eval mode)."""
+    """Joint-decoded path indices of a cached split and its mean gold-path NLL (eval mode, with the
+    anchor prior: as :class:`router.route.Router` routes)."""
     was = policy.training
     policy.eval()
     try:
@@ -186,7 +187,7 @@ def predict_split(policy: RouterPolicy, split: EncodedSplit, batch_size: int = 1
         nll = 0.0
         for start in range(0, len(split), batch_size):
             idx = list(range(start, min(start + batch_size, len(split))))
-            dist = policy.distribution(split.batch(idx), candidates=cand)
+            dist = policy.distribution(split.batch(idx), candidates=cand, with_anchor_prior=True)
             preds.extend(dist.mode().tolist())
             nll -= float(dist.log_prob_of(split.path[idx]).sum())
     finally:
@@ -196,13 +197,16 @@ def predict_split(policy: RouterPolicy, split: EncodedSplit, batch_size: int = 1
 
 @torch.no_grad()
 def split_log_probs(policy: RouterPolicy, split: EncodedSplit, batch_size: int = 128) -> torch.Tensor:
-    """Joint log-probabilities ``(n, N)`` of every legal path for each question of a cached split (eval mode)."""
+    """Joint log-probabilities ``(n, N)`` of every legal path for each question of a cached split (eval
+    mode, with the anchor prior: the distribution a temperature is fitted to)."""
     was = policy.training
     policy.eval()
     try:
         cand = policy.candidates()
         rows = [
-            policy.distribution(split.batch(list(range(s, min(s + batch_size, len(split))))), candidates=cand).log_prob
+            policy.distribution(
+                split.batch(list(range(s, min(s + batch_size, len(split))))), candidates=cand, with_anchor_prior=True
+            ).log_prob
             for s in range(0, len(split), batch_size)
         ]
     finally:

@@ -25,6 +25,7 @@ from collections.abc import Sequence
 from functools import lru_cache
 
 import numpy as np
+import torch
 
 from core.schema import Table, humanize
 from data_pipeline.mentions import mention_spans, name_code, pinyin_initials, singular
@@ -36,6 +37,9 @@ LINK_FEATURES = (
     "name_prefix", "value_score", "value_shared", "agent_verb", "who",
 )  # fmt: skip
 """Names of the columns of :func:`link_features`, in order."""
+
+_VALUE_SCORE = LINK_FEATURES.index("value_score")
+_MENTION = LINK_FEATURES.index("mention")
 
 MAX_COLUMNS_IN_TEXT = 12
 """Columns listed in a table's text (the encoder cuts long texts anyway)."""
@@ -88,6 +92,29 @@ def table_text(table: Table) -> str:
     if cols:
         parts.append("columns: " + ", ".join(cols))
     return " | ".join(parts)
+
+
+def anchor_support(links: torch.Tensor) -> torch.Tensor:
+    """How strongly a question's own words support starting a route from each table, ``(batch, T)``
+    in ``[0, 1]``, read from its link features ``links`` ``(batch, T, len(LINK_FEATURES))``.
+
+    A question that mentions a stored value (``value_score > 0`` for some table) supports the
+    tables that hold it, by the value's score capped at 1; one that mentions no value supports
+    the tables it names (``mention``). A table neither holds a mentioned value nor is named gets
+    0: a route that starts there starts from something the question never said ("Which orders
+    had freight charges above 80?" does not start from Shippers). The router adds
+    ``anchor_prior x anchor_support`` to every legal path's potential (:mod:`router.policy`).
+
+    >>> links = torch.zeros(2, 3, len(LINK_FEATURES))
+    >>> links[0, 1, LINK_FEATURES.index("value_score")] = 0.8  # a value of table 1
+    >>> links[0, 2, LINK_FEATURES.index("mention")] = 1.0      # table 2 named too
+    >>> links[1, 2, LINK_FEATURES.index("mention")] = 1.0      # no value: only the name counts
+    >>> anchor_support(links).tolist()
+    [[0.0, 0.800000011920929, 0.0], [0.0, 0.0, 1.0]]
+    """
+    value = links[..., _VALUE_SCORE].clamp(max=1.0)
+    has_value = (value > 0).any(-1, keepdim=True)
+    return torch.where(has_value, value, links[..., _MENTION])
 
 
 def _is_key_name(name: str) -> bool:

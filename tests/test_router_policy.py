@@ -209,3 +209,34 @@ def test_batch_marks_the_tokens_that_name_each_table(policy: RouterPolicy) -> No
     assert named("order items") == ["order", "items"]
     assert named("orders") == []  # "order" is inside the longer mention of "order items"
     assert named("customers") == ["customer"]
+
+
+def test_anchor_prior_adds_its_weight_times_the_anchor_support_to_every_path(graph: SchemaGraph, tok: Any) -> None:
+    from core.values import ValueIndex
+    from router.text import anchor_support
+
+    values = ValueIndex.from_values({("customers", "name"): ["Alice Martin"]})
+    policy = RouterPolicy(tiny_model(tok), PathSpace(graph, values)).eval()
+    questions = ["which products did alice martin order", "list the categories"]
+    batch = policy.make_batch(questions)
+    support = anchor_support(batch.links)
+    idx = policy.space.table_index
+    assert support[0, idx["customers"]] == 1.0 and support[0].sum() == 1.0  # the value's table only
+    assert support[1, idx["categories"]] == 1.0 and support[1].sum() == 1.0  # no value: the named table
+    policy.model.config.anchor_prior = 4.0
+    with torch.no_grad():
+        off = policy.distribution(batch)  # what SFT and PPO optimise: no prior
+        on = policy.distribution(batch, with_anchor_prior=True)
+        policy.model.config.anchor_prior = 0.0
+        zero = policy.distribution(batch, with_anchor_prior=True)
+    assert torch.equal(zero.log_prob, off.log_prob)
+    expected = (off.log_prob + 4.0 * support[:, policy.space.path_anchor]).log_softmax(-1)
+    assert torch.allclose(on.log_prob, expected, atol=1e-5)
+    assert on.anchor_log_prob[0, idx["customers"]] > off.anchor_log_prob[0, idx["customers"]]
+    assert on.anchor_log_prob[1, idx["categories"]] > off.anchor_log_prob[1, idx["categories"]]
+
+
+@pytest.mark.parametrize("bad", [-1.0, float("nan"), float("inf")])
+def test_anchor_prior_must_be_a_finite_non_negative_number(bad: float) -> None:
+    with pytest.raises(ConfigError, match="anchor_prior"):
+        RouterModelConfig(anchor_prior=bad)
