@@ -160,6 +160,28 @@ class SchemaGraph:
         return tuple(sorted(paths, key=lambda p: (p.hops, p.anchor, p.via, p.target)))
 
     @cached_property
+    def junction_tables(self) -> frozenset[str]:
+        """Tables that only link others: at least two foreign keys to other tables, and every
+        column a primary key or a foreign key (Northwind's ``EmployeeTerritories``, Chinook's
+        ``PlaylistTrack``). People ask about the tables they link, rarely about their rows.
+
+        >>> from core.schema import Schema, Table, Column, ForeignKey
+        >>> s = Schema("s", (Table("a", (Column("id", primary_key=True),)), Table("b", (Column("id", primary_key=True),)),
+        ...     Table("ab", (Column("id", primary_key=True), Column("a_id"), Column("b_id"))),
+        ...     Table("c", (Column("a_id"), Column("b_id"), Column("note")))),
+        ...     (ForeignKey("ab", "a_id", "a", "id"), ForeignKey("ab", "b_id", "b", "id"),
+        ...      ForeignKey("c", "a_id", "a", "id"), ForeignKey("c", "b_id", "b", "id")))
+        >>> sorted(SchemaGraph(s).junction_tables)
+        ['ab']
+        """
+        out = set()
+        for t in self.schema.tables:
+            fk_cols = {fk.column for fk in self.schema.foreign_keys if fk.table == t.name and fk.ref_table != t.name}
+            if len(fk_cols) >= 2 and all(c.primary_key or c.name in fk_cols for c in t.columns):
+                out.add(t.name)
+        return frozenset(out)
+
+    @cached_property
     def path_index(self) -> dict[JoinPath, int]:
         """Position of each legal path in :attr:`legal_paths`."""
         return {p: i for i, p in enumerate(self.legal_paths)}

@@ -105,6 +105,8 @@ class BuildConfig:
     """Share of each path's seed questions (and so of its paraphrases) written without a filter value ("How many singers are there?", "Which customer has the most orders?": no entity, gold SQL without WHERE), rounded per path: 0.2 of 5 seeds is 1. SQLite only (0 on MongoDB)."""
     natural_share: float = 0.95
     """Share of the seed questions that can be phrased as people ask (the value named alone, a relation verb, a question word such as who / where / how much) that are; the rest name the entity's table ("the product Chai"). 0 writes the classic phrasings only."""
+    far_junction_targets: bool = False
+    """Also ask questions whose route ends at a junction table (one that only links others by foreign keys, such as EmployeeTerritories) that is not one join from where the route starts. Off by default: nobody asks for the playlist entries of a genre, and such questions taught routers to stop at the junction ("songs of the genre Bossa" means tracks)."""
 
     def __post_init__(self) -> None:
         check_backend_options(self.backend, self.db, self.uri)
@@ -139,11 +141,18 @@ class BuildConfig:
         return tuple(dict.fromkeys(x.strip() for x in self.languages.split(",") if x.strip()))
 
 
-def usable_paths(graph: SchemaGraph, backend: Backend) -> tuple[list[JoinPath], list[dict[str, str]], list[str]]:
+def usable_paths(
+    graph: SchemaGraph, backend: Backend, far_junction_targets: bool = False
+) -> tuple[list[JoinPath], list[dict[str, str]], list[str]]:
     """Split the legal paths into usable ones and skipped ones (with reasons), plus warnings.
 
     A path is skipped when a table on it has no rows, or when its joins match no row
-    (``backend.has_rows``).
+    (``backend.has_rows``), or, unless ``far_junction_targets``, when it ends at a junction table
+    (:attr:`core.graph.SchemaGraph.junction_tables`) that is not one join from where it starts
+    (listed in the summary's skipped paths, no warning):
+    "How many tracks are in the playlist Grunge?" may end at ``PlaylistTrack``, but a question
+    about the playlist entries of a genre, or about a junction's own key values, is not one people
+    ask ("songs of the genre Bossa" means ``Track``).
     """
     empty = [t.name for t in graph.schema.tables if t.row_count == 0]
     usable, skipped, notes = [], [], []
@@ -151,6 +160,9 @@ def usable_paths(graph: SchemaGraph, backend: Backend) -> tuple[list[JoinPath], 
         hit = [t for t in p.tables if t in empty]
         if hit:
             skipped.append({"path": str(p), "reason": f"empty table {', '.join(hit)}"})
+            continue
+        if not far_junction_targets and p.target in graph.junction_tables and p.hops != 1:
+            skipped.append({"path": str(p), "reason": f"ends at the junction table {p.target} {p.hops} joins from its anchor"})
             continue
         if not backend.has_rows(graph, p):
             skipped.append({"path": str(p), "reason": "joins match no rows"})
@@ -195,7 +207,7 @@ def build_dataset(cfg: BuildConfig) -> tuple[BuiltDataset, dict[str, Any]]:
     schema = backend.introspect()
     graph = SchemaGraph(schema, max_hops=cfg.max_hops)
     try:
-        paths, skipped, path_notes = usable_paths(graph, backend)
+        paths, skipped, path_notes = usable_paths(graph, backend, cfg.far_junction_targets)
         notes += path_notes
         if not paths:
             raise DataError("no legal path has rows to ask about (every table on them is empty)", where=backend.location)

@@ -71,6 +71,10 @@ MAX_SAMPLES_PER_PATH = 1000
 """Most questions one path may get, whatever its budget, and the most ``--samples-per-path`` may ask
 for (more only repeats the templates and fills memory)."""
 
+MAX_VALUE_CHARS = 48
+"""Longest filter value a question names, in characters: nobody types a 110-character composer
+list, and a question built around one can exceed a router's 64-token limit (``train_sft`` then stops)."""
+
 HELDOUT_WEIGHT = 0.5
 """Draw weight of a held-out phrasing relative to a training one: with 2 of 8 phrasings per group
 held out, about 1 seed in 7 (and its paraphrases) goes to ``test_heldout``."""
@@ -629,7 +633,7 @@ def fill_entities(samples: list[Sample], ctx: StageContext) -> list[Sample]:
     """Stage 3: entity values, gold SQL, execution check, then real/fuzzy surfaces.
 
     A sample is dropped (counted under ``dropped/<reason>``) when its path offers no value
-    (``no_values``), its gold SQL fails (``sql_error``), returns no rows (``no_rows``), or
+    (``no_values``; values longer than :data:`MAX_VALUE_CHARS` are not offered), its gold SQL fails (``sql_error``), returns no rows (``no_rows``), or
     aggregates to NULL or 0 (``empty_aggregate``). A fuzzy surface is drawn with the values of
     its column at hand, so that a partial one matches no other value; when a value offers no
     fuzzy surface, another sample is fuzzed instead (``fuzzy/shortfall`` counts what is missing).
@@ -644,7 +648,7 @@ def fill_entities(samples: list[Sample], ctx: StageContext) -> list[Sample]:
         if not plan.filtered:
             sql = gold_sql(ctx.graph, s.path, plan)
         else:
-            values = _candidates(ctx, s.path, plan)
+            values = [v for v in _candidates(ctx, s.path, plan) if len(_show(v)) <= MAX_VALUE_CHARS]
             if not values:
                 ctx.counters["dropped/no_values"] += 1
                 continue
@@ -652,7 +656,7 @@ def fill_entities(samples: list[Sample], ctx: StageContext) -> list[Sample]:
             second = None
             entities = [Entity(s.path.anchor, plan.entity_column, value, _show(value), "real", None)]
             if plan.filter_column is not None:
-                options = _candidates(ctx, s.path, plan, value)
+                options = [v for v in _candidates(ctx, s.path, plan, value) if len(_show(v)) <= MAX_VALUE_CHARS]
                 if not options:
                     ctx.counters["dropped/no_values"] += 1
                     continue

@@ -552,6 +552,53 @@ def test_config_checks_name_the_flag(tmp_path):
         BuildConfig(db="x", out=tmp_path, synthetic_rows=0)
 
 
+def test_values_longer_than_people_type_are_never_named(tmp_path, tiny_db):
+    from data_pipeline.stages import MAX_VALUE_CHARS
+
+    long = "Alex Van Halen, Edward Van Halen, Michael Anthony, Sammy Hagar"  # 62 characters
+    with sqlite3.connect(tiny_db) as conn:
+        conn.execute("INSERT INTO customers VALUES (4, ?, 'Pasadena')", (long,))
+        conn.execute("INSERT INTO orders VALUES (5, 4, '2024-04-01')")
+        conn.execute('INSERT INTO "order items" VALUES (7, 5, 1, 4)')
+    ds, _ = build_dataset(BuildConfig(db=str(tiny_db), out=tmp_path / "o", samples_per_path=12, max_hops=1, languages="en"))
+    values = [str(e.value) for s in ds.samples for e in s.entities]
+    assert len(long) > MAX_VALUE_CHARS == 48
+    assert "Alice Martin" in values and long not in values
+    assert max(map(len, values)) <= MAX_VALUE_CHARS
+    assert not any("Van Halen" in s.question for s in ds.samples)
+
+
+def test_routes_that_end_at_a_junction_table_far_from_their_anchor_get_no_questions(tmp_path):
+    db = tmp_path / "music.sqlite"
+    with sqlite3.connect(db) as conn:
+        conn.executescript(
+            """
+            CREATE TABLE users (id INTEGER PRIMARY KEY, name TEXT NOT NULL);
+            CREATE TABLE playlists (id INTEGER PRIMARY KEY, title TEXT NOT NULL, user_id INTEGER REFERENCES users(id));
+            CREATE TABLE tracks (id INTEGER PRIMARY KEY, song TEXT NOT NULL);
+            CREATE TABLE playlist_track (playlist_id INTEGER REFERENCES playlists(id), track_id INTEGER REFERENCES tracks(id),
+                                         PRIMARY KEY (playlist_id, track_id));
+            INSERT INTO users VALUES (1, 'Ada Park'), (2, 'Bo Chen'), (3, 'Cy Diaz');
+            INSERT INTO playlists VALUES (1, 'Morning Run', 1), (2, 'Late Jazz', 2), (3, 'Road Trip', 3);
+            INSERT INTO tracks VALUES (1, 'Blue Train'), (2, 'So What'), (3, 'Take Five');
+            INSERT INTO playlist_track VALUES (1, 1), (1, 2), (2, 2), (2, 3), (3, 1), (3, 3);
+            """
+        )
+    cfg = dict(db=str(db), samples_per_path=3, max_hops=2, languages="en")
+    ds, summary = build_dataset(BuildConfig(out=tmp_path / "default", **cfg))
+    assert ds.graph.junction_tables == {"playlist_track"}
+    far = ["playlist_track", "users -> playlists -> playlist_track"]
+    assert [s["path"] for s in summary["paths"]["skipped"]] == far
+    assert summary["paths"]["skipped"][1]["reason"] == "ends at the junction table playlist_track 2 joins from its anchor"
+    paths = {str(s.path) for s in ds.samples}
+    assert not paths & set(far)
+    assert {"playlists -> playlist_track", "tracks -> playlist_track", "users -> playlists -> playlist_track"} - paths == {
+        "users -> playlists -> playlist_track"
+    }  # one join from the anchor is what people ask ("How many songs are on Late Jazz?")
+    _, every = build_dataset(BuildConfig(out=tmp_path / "every", far_junction_targets=True, **cfg))
+    assert every["paths"]["skipped"] == [] and every["paths"]["covered"] == summary["paths"]["covered"] + 2
+
+
 # ---------------------------------------------------------------------------- sample databases
 
 SAMPLE_FACTS = {
@@ -560,6 +607,12 @@ SAMPLE_FACTS = {
     "chinook": ({0: 11, 1: 20, 2: 30, 3: 28}, ()),
 }
 NORTHWIND_PATHS_THROUGH_EMPTY = 18
+FAR_JUNCTION_PATHS = {
+    # paths that end at a junction table not one join from their anchor, skipped by default:
+    # Northwind 2 single-table + 3 two-join + 6 three-join routes to CustomerCustomerDemo / EmployeeTerritories
+    "northwind": 11,
+    "chinook": 7,  # to PlaylistTrack
+}
 
 
 @pytest.fixture(scope="session", params=sorted(SAMPLE_FACTS))
@@ -584,15 +637,18 @@ def test_sample_database_covers_every_legal_path(sample_built):
     name, ds, summary = sample_built
     hist, empty = SAMPLE_FACTS[name]
     assert ds.graph.hop_histogram() == hist
-    assert summary["paths"]["skipped"] == []
-    assert summary["paths"]["covered"] == summary["paths"]["used"] == sum(hist.values())  # 95 on Northwind
+    skipped = summary["paths"]["skipped"]
+    assert all(s["reason"].startswith("ends at the junction table ") for s in skipped)
+    assert len(skipped) == FAR_JUNCTION_PATHS[name]
+    assert summary["paths"]["covered"] == summary["paths"]["used"] == sum(hist.values()) - len(skipped)  # 84 on Northwind
     assert summary["synthesized_tables"] == dict.fromkeys(empty, 30)
     if empty:  # Northwind: CustomerCustomerDemo and CustomerDemographics have no rows; a copy gets some
         assert len(summary["warnings"]) == 1
         assert summary["warnings"][0].startswith(f"tables without rows: {', '.join(empty)}; synthetic rows (")
         assert ds.db_path.name == "database.sqlite" and summary["source_db"] != str(ds.db_path)
         through = [s for s in ds.samples if set(empty) & set(s.path.tables)]
-        assert len({s.path for s in through}) == NORTHWIND_PATHS_THROUGH_EMPTY
+        # the 5 of them that end at CustomerCustomerDemo far from their anchor get no questions
+        assert len({s.path for s in through}) == NORTHWIND_PATHS_THROUGH_EMPTY - 5
     else:
         assert summary["warnings"] == [] and summary["source_db"] == str(ds.db_path)
     assert summary["n_samples"] >= 600
@@ -616,9 +672,11 @@ def test_northwind_without_synthesis_skips_the_paths_through_empty_tables(tmp_pa
         "tables without rows: CustomerCustomerDemo, CustomerDemographics; skipped 18 paths through them"
     ]
     assert summary["paths"]["legal"] == 95
-    assert summary["paths"]["used"] == summary["paths"]["covered"] == 95 - NORTHWIND_PATHS_THROUGH_EMPTY == 77
+    # 18 through the empty tables; 6 more end at EmployeeTerritories far from their anchor
+    assert summary["paths"]["used"] == summary["paths"]["covered"] == 95 - NORTHWIND_PATHS_THROUGH_EMPTY - 6 == 71
     assert all(
-        "CustomerCustomerDemo" in s["path"] or "CustomerDemographics" in s["path"] for s in summary["paths"]["skipped"]
+        "CustomerCustomerDemo" in s["path"] or "CustomerDemographics" in s["path"] or s["path"].endswith("EmployeeTerritories")
+        for s in summary["paths"]["skipped"]
     )
     assert summary["synthesized_tables"] == {} and not (tmp_path / "database.sqlite").exists()
 
