@@ -569,6 +569,7 @@ def _candidates(ctx: StageContext, path: JoinPath, plan: Plan, value: Any = None
     """Distinct anchor values that reach a non-null target value through ``path`` (sorted).
 
     With ``value``, the distinct values of the plan's filter column for that anchor value.
+    Values longer than :data:`MAX_VALUE_CHARS` are left out (filtered once, then cached).
     """
     needed = [c for c in (plan.ask_column, plan.num_column, plan.count_column) if c]
     key = (path, plan.entity_column, tuple(needed), plan.filter_column if value is not None else None, value)
@@ -581,7 +582,7 @@ def _candidates(ctx: StageContext, path: JoinPath, plan: Plan, value: Any = None
     else:
         column = (t, str(plan.filter_column))
         where += [Condition(0, plan.entity_column, "=", value), Condition(t, str(plan.filter_column), "IS NOT NULL")]
-    values = ctx.backend.distinct_values(ctx.graph, path, column, where)
+    values = [v for v in ctx.backend.distinct_values(ctx.graph, path, column, where) if len(_show(v)) <= MAX_VALUE_CHARS]
     ctx._values[key] = values
     return values
 
@@ -648,7 +649,7 @@ def fill_entities(samples: list[Sample], ctx: StageContext) -> list[Sample]:
         if not plan.filtered:
             sql = gold_sql(ctx.graph, s.path, plan)
         else:
-            values = [v for v in _candidates(ctx, s.path, plan) if len(_show(v)) <= MAX_VALUE_CHARS]
+            values = _candidates(ctx, s.path, plan)
             if not values:
                 ctx.counters["dropped/no_values"] += 1
                 continue
@@ -656,7 +657,7 @@ def fill_entities(samples: list[Sample], ctx: StageContext) -> list[Sample]:
             second = None
             entities = [Entity(s.path.anchor, plan.entity_column, value, _show(value), "real", None)]
             if plan.filter_column is not None:
-                options = [v for v in _candidates(ctx, s.path, plan, value) if len(_show(v)) <= MAX_VALUE_CHARS]
+                options = _candidates(ctx, s.path, plan, value)
                 if not options:
                     ctx.counters["dropped/no_values"] += 1
                     continue
