@@ -105,6 +105,8 @@ class BuildConfig:
     """Share of each path's seed questions (and so of its paraphrases) written without a filter value ("How many singers are there?", "Which customer has the most orders?": no entity, gold SQL without WHERE), rounded per path: 0.2 of 5 seeds is 1. SQLite only (0 on MongoDB)."""
     natural_share: float = 0.95
     """Share of the seed questions that can be phrased as people ask (the value named alone, a relation verb, a question word such as who / where / how much) that are; the rest name the entity's table ("the product Chai"). 0 writes the classic phrasings only."""
+    seed_share: float = 0.5
+    """Share of each path's questions that are written fresh (a template, its style and its columns drawn anew); the rest are rule or LLM paraphrases of them. 1 writes every question fresh, with no paraphrases."""
     far_junction_targets: bool = False
     """Also ask questions whose route ends at a junction table (one that only links others by foreign keys, such as EmployeeTerritories) that is not one join from where the route starts. Off by default: nobody asks for the playlist entries of a genre, and such questions taught routers to stop at the junction ("songs of the genre Bossa" means tracks)."""
 
@@ -128,6 +130,8 @@ class BuildConfig:
             raise ConfigError(f"must be between 0 and 1, got {self.unfiltered_share}", where="--unfiltered-share")
         if not 0.0 <= self.natural_share <= 1.0:
             raise ConfigError(f"must be between 0 and 1, got {self.natural_share}", where="--natural-share")
+        if not 0.0 < self.seed_share <= 1.0:
+            raise ConfigError(f"must be above 0 and at most 1, got {self.seed_share}", where="--seed-share")
         if self.max_values_per_column < 1:
             raise ConfigError(f"must be at least 1, got {self.max_values_per_column}", where="--max-values-per-column")
         if self.synthetic_rows < 1:
@@ -233,6 +237,7 @@ def build_dataset(cfg: BuildConfig) -> tuple[BuiltDataset, dict[str, Any]]:
             timeout_s=cfg.timeout_s,
             unfiltered_share=cfg.unfiltered_share if backend.kind == "sqlite" else 0.0,
             natural_share=cfg.natural_share,
+            seed_share=cfg.seed_share,
             hop_balance=cfg.hop_balance,
             copy_columns=copy_columns(values, schema) if values is not None else frozenset(),
         )

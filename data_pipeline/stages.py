@@ -75,6 +75,11 @@ MAX_VALUE_CHARS = 48
 """Longest filter value a question names, in characters: nobody types a 110-character composer
 list, and a question built around one can exceed a router's 64-token limit (``train_sft`` then stops)."""
 
+MEASURE_SHARE = 0.7
+"""Share of the aggregates over a join whose target has a measure column (:func:`measure_kind`)
+that total it, so that "How many units has X bought?" is generated and not only averages of
+whichever number comes first."""
+
 HELDOUT_WEIGHT = 0.5
 """Draw weight of a held-out phrasing relative to a training one: with 2 of 8 phrasings per group
 held out, about 1 seed in 7 (and its paraphrases) goes to ``test_heldout``."""
@@ -105,6 +110,7 @@ class StageContext:
         natural_share: share of the seed questions that can be phrased in a natural style
             (:data:`~data_pipeline.templates.NATURAL_STYLES`: the entity named by its value
             alone, relation verbs, question words) that are; 0 writes only the classic phrasings.
+        seed_share: share of each path's budget written as seed questions (the rest paraphrases).
         copy_columns: ``(table, column)`` pairs whose values copy another table's column
             (Northwind's ``Orders.ShipName`` holds customer names): never the name a question
             gives a row of that table.
@@ -125,6 +131,7 @@ class StageContext:
     timeout_s: float = 5.0
     unfiltered_share: float = 0.0
     natural_share: float = 0.0
+    seed_share: float = 0.5
     copy_columns: frozenset[tuple[str, str]] = frozenset()
     hop_balance: float = 0.0
     counters: Counter[str] = field(default_factory=Counter)
@@ -144,8 +151,9 @@ class StageContext:
         return self._budgets.get(path, self.samples_per_path)
 
     def seeds_for(self, path: JoinPath) -> int:
-        """Seed questions for ``path``: half its budget, at least :data:`MIN_SEEDS_PER_PATH`."""
-        return max(MIN_SEEDS_PER_PATH, math.ceil(self.samples_for(path) / 2))
+        """Seed questions for ``path``: ``seed_share`` of its budget (rounded up), at least
+        :data:`MIN_SEEDS_PER_PATH`."""
+        return max(MIN_SEEDS_PER_PATH, math.ceil(self.samples_for(path) * self.seed_share - 1e-9))
 
 
 def path_budgets(paths: Sequence[JoinPath], samples_per_path: int, hop_balance: float) -> dict[JoinPath, int]:
@@ -238,7 +246,8 @@ def plan_question(family: str, path: JoinPath, ctx: StageContext, rng: random.Ra
     if family == "lookup" and asked and rng.random() < ASK_WORD_SHARE:
         # what people ask of one row by a question word: its price ("how much"), place ("where"), person ("who")
         table = ctx.schema.table(path.target)
-        worded = [c for c in asked if _PLACE.search(_column_text(ctx.schema, path.target, c))
+        plain = [c for c in asked if not _is_key(ctx.schema, path.target, c)]
+        worded = [c for c in plain if _PLACE.search(_column_text(ctx.schema, path.target, c))
                   or _PERSON.search(_column_text(ctx.schema, path.target, c))
                   or _PRICE.search(_column_text(ctx.schema, path.target, c)) and table.column(c).is_numeric]  # fmt: skip
         if worded:
@@ -252,6 +261,9 @@ def plan_question(family: str, path: JoinPath, ctx: StageContext, rng: random.Ra
         nums = [c for c in t.numeric if c != entity]
         if not nums:
             return None
+        measures = [c for c in nums if measure_kind(ctx.schema, path.target, c)] if scope == "join" else []
+        if measures and rng.random() < MEASURE_SHARE:
+            return Plan(family, scope, entity, num_column=rng.choice(measures), agg="SUM")
         return Plan(family, scope, entity, num_column=rng.choice(nums), agg=rng.choice(("SUM", "AVG")))
     if family == "filter":
         if not asked:
@@ -314,7 +326,7 @@ def words_for(
 ) -> dict[str, str]:
     """Values for the template placeholders (see :mod:`data_pipeline.templates`); ``style``
     picks whose verb ``{v_*}`` is: the target's for ``agent``/``agent_event``/``who``, the anchor's for
-    ``actor``; ``verb_index`` which of its verbs (:func:`~data_pipeline.relations.agent_verbs`, modulo their number);
+    :data:`ANCHOR_VERB_STYLES`; ``verb_index`` which of its verbs (:func:`~data_pipeline.relations.agent_verbs`, modulo their number);
     ``noun_index`` whether the target is called by another noun (:func:`_noun`)."""
     a, t = schema.table(path.anchor), schema.table(path.target)
     a_sg, a_pl = table_words(a, language)
@@ -326,7 +338,7 @@ def words_for(
         words["ncol"] = column_words(t.column(plan.num_column), language)
     if plan.agg in ("SUM", "AVG"):
         words["agg"] = AGG_WORDS[language][plan.agg]
-    verbs = agent_verbs(a) if style == "actor" else agent_verbs(t)
+    verbs = _style_verbs(style, a, t)
     verb = verbs[verb_index % len(verbs)] if verbs else None
     if verb is not None:
         words |= {"v_base": verb.base, "v_past": verb.past, "v_zh": verb.zh}
@@ -352,15 +364,96 @@ def protected_words(
     return [v for k, v in w.items() if k not in ("agg", "via_en", "via_zh")]
 
 
+ANCHOR_VERB_STYLES = frozenset({"actor", "units_actor", "money_actor"})
+"""Natural styles whose ``{v_*}`` is the anchor's verb (the others take the target's)."""
+
+VERB_STYLES = frozenset({"agent", "agent_event", "who"}) | ANCHOR_VERB_STYLES
+"""Natural styles that fill a verb."""
+
+_MEASURE_VERBS = {
+    "units_actor": frozenset({"buy", "order", "purchase", "sell", "supply", "provide", "ship", "deliver", "prescribe"}),
+    "money_actor": frozenset({"sell", "supply", "provide", "prescribe"}),
+}
+"""Anchor verbs that can take a quantity or a sum of money as object ("sold 40 units", "prescribed
+300 yuan"); not "visited" or "recorded"."""
+
+_BUYER_VERBS = frozenset({"buy", "purchase"})
+
+
+def _style_verbs(style: str, anchor: Table, target: Table) -> tuple:
+    """The verbs a style may fill ``{v_*}`` with: the anchor's for :data:`ANCHOR_VERB_STYLES`
+    (those a quantity or amount can follow for the measure styles), else the target's."""
+    if style not in ANCHOR_VERB_STYLES:
+        return agent_verbs(target)
+    verbs = agent_verbs(anchor)
+    allowed = _MEASURE_VERBS.get(style)
+    return verbs if allowed is None else tuple(v for v in verbs if v.base in allowed)
+
+
 _PRICE = re.compile(r"price|cost|amount|fee|charge|单价|价格|金额|费用|价", re.IGNORECASE)
 _PLACE = re.compile(r"city|country|address|region|state|province|location|城市|国家|地址|地区|省份|位置", re.IGNORECASE)
 _WHEN = re.compile(r"date|日期", re.IGNORECASE)
 _PERSON = re.compile(r"contact|manager|representative|person|联系人|负责人|经理|代表", re.IGNORECASE)
 
 
+_QUANTITY = re.compile(r"quantity|qty|数量", re.IGNORECASE)
+_NOT_QUANTITY = re.compile(r"stock|on order|reorder|per unit|库存|在途", re.IGNORECASE)
+_MONEY = re.compile(r"total|amount|金额|总额", re.IGNORECASE)
+_UNIT_PRICE = re.compile(r"unit price|单价", re.IGNORECASE)
+_HOURS = re.compile(r"\bhours?\b|工时|小时", re.IGNORECASE)
+
+
 def _column_text(schema: Schema, table: str, column: str) -> str:
     c = schema.table(table).column(column)
     return " ".join((humanize(c.name), c.description, c.zh))
+
+
+def _is_key(schema: Schema, table: str, column: str) -> bool:
+    """A primary or foreign key, or a column named like one (``RegionID``): what it holds is no place or price."""
+    c = schema.table(table).column(column)
+    h = humanize(column)
+    refs = any(fk.table == table and fk.column == column for fk in schema.foreign_keys)
+    return c.primary_key or refs or h == "id" or h.endswith(" id")
+
+
+def _column_kind(schema: Schema, table: str, column: str) -> str | None:
+    """What one numeric column measures, before the uniqueness test of :func:`measure_kind`."""
+    c = schema.table(table).column(column)
+    if not c.is_numeric or _is_key(schema, table, column):
+        return None
+    text = _column_text(schema, table, column)
+    if _QUANTITY.search(text) and not _NOT_QUANTITY.search(text):
+        return "units"
+    if _MONEY.search(text) and not _UNIT_PRICE.search(text):
+        return "money"
+    if _HOURS.search(text):
+        return "hours"
+    return None
+
+
+def measure_kind(schema: Schema, table: str, column: str) -> str | None:
+    """What a total of ``table.column`` is asked as: ``"units"`` (a quantity, not a stock level),
+    ``"money"`` (what a transaction is worth: an amount, a total; not a unit price, and not a
+    fee or freight, which nobody means by "how much did X spend"), ``"hours"``, or None.
+
+    None as well when another table has a column of the same kind: then "How much in total for
+    X?" does not say which table it means (the hospital's prescription amount and registration
+    fee), and such a question would be the same words for two routes.
+
+    >>> from core.schema import Column
+    >>> s = Schema("s", (Table("lines", (Column("id", "INTEGER", primary_key=True), Column("Quantity", "INTEGER"),
+    ...                                  Column("UnitPrice", "REAL"))),
+    ...                  Table("invoices", (Column("id", "INTEGER", primary_key=True), Column("Total", "REAL")))), ())
+    >>> [measure_kind(s, "lines", c) for c in ("id", "Quantity", "UnitPrice")], measure_kind(s, "invoices", "Total")
+    ([None, 'units', None], 'money')
+    """
+    kind = _column_kind(schema, table, column)
+    if kind is None:
+        return None
+    for t in schema.tables:
+        if t.name != table and any(_column_kind(schema, t.name, c.name) == kind for c in t.columns):
+            return None
+    return kind
 
 
 def _unique_column(schema: Schema, table: str, column: str) -> bool:
@@ -402,7 +495,9 @@ def natural_styles(family: str, path: JoinPath, plan: Plan, ctx: StageContext, l
     Value-alone styles need a named entity (a name-like text column of the anchor, or a place for
     the single-table counts: "How many customers are in London?"); verb styles need an agent
     (:mod:`data_pipeline.relations`); question-word styles need a price, place or date column
-    asked for. Only styles with templates for ``(family, scope, language)`` are returned.
+    asked for; the measure styles (units, money, hours) need a total of a column only the target
+    has of its kind (:func:`measure_kind`). Only styles with templates for ``(family, scope,
+    language)`` are returned.
     """
     schema = ctx.schema
     a, t = schema.table(path.anchor), schema.table(path.target)
@@ -413,7 +508,7 @@ def natural_styles(family: str, path: JoinPath, plan: Plan, ctx: StageContext, l
     if path.hops == 0:
         if family == "lookup" and named:
             out.append(("value", 1.0))
-            asked = _column_text(schema, path.target, str(plan.ask_column))
+            asked = "" if _is_key(schema, path.target, str(plan.ask_column)) else _column_text(schema, path.target, str(plan.ask_column))
             if _PRICE.search(asked) and schema.table(path.target).column(str(plan.ask_column)).is_numeric:
                 out.append(("howmuch", 1.5))
             elif _PLACE.search(asked):
@@ -438,6 +533,14 @@ def natural_styles(family: str, path: JoinPath, plan: Plan, ctx: StageContext, l
                 out.append(("who", 0.6))
         elif anchor_verb is not None:
             out.append(("actor", 1.2))
+        kind = measure_kind(schema, path.target, plan.num_column) if family == "agg" and plan.agg == "SUM" else None
+        if kind is not None:
+            # a total of what the target measures implies the target: "How many units has X bought?"
+            out.append((kind, 6.0))
+            if kind != "hours" and _style_verbs(f"{kind}_actor", a, t):
+                out.append((f"{kind}_actor", 6.0))
+            if kind == "money" and any(v.base in _BUYER_VERBS for v in agent_verbs(a)):
+                out.append(("spend", 6.0))
     scope = "self" if path.hops == 0 else "join"
     return [(st, w) for st, w in out if templates_for(family, scope, language, st)]
 
@@ -474,6 +577,8 @@ def seed_questions(samples: list[Sample], ctx: StageContext) -> list[Sample]:
                 plans[family] = plan
         families = list(plans)
         rng.shuffle(families)
+        if "agg" in plans and plans["agg"].agg == "SUM" and measure_kind(ctx.schema, path.target, plans["agg"].num_column):
+            families.insert(0, families.pop(families.index("agg")))  # totals of a measure come first
         lang_start = rng.randrange(len(ctx.languages))
         used: set[str] = set()
         unfiltered: dict[str, Plan] = {}
@@ -510,7 +615,7 @@ def seed_questions(samples: list[Sample], ctx: StageContext) -> list[Sample]:
             tpl = rng.choices(options, weights=[HELDOUT_WEIGHT if t.heldout else 1.0 for t in options])[0]
             used.add(tpl.id)
             sid = f"{ctx.db_name}-s{len(out)}"
-            verb_index = rng.randrange(6) if style in ("agent", "agent_event", "who", "actor") else 0
+            verb_index = rng.randrange(6) if style in VERB_STYLES else 0
             noun_index = rng.randrange(3) if style != "classic" else 0
             text = render(tpl.text, words_for(plan, path, ctx.schema, language, style, verb_index, noun_index), language)
             out.append(

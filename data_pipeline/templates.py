@@ -353,7 +353,10 @@ _UNFILTERED_TEXTS: dict[tuple[str, str, str], tuple[str, ...]] = {
 }
 
 
-NATURAL_STYLES = ("value", "agent", "agent_event", "who", "actor", "column", "via", "howmuch", "where", "when")
+NATURAL_STYLES = (
+    "value", "agent", "agent_event", "who", "actor", "column", "via", "howmuch", "where", "when",
+    "units", "units_actor", "money", "money_actor", "spend", "hours",
+)  # fmt: skip
 """Phrasings as people write them (issue: questions that name a value alone, relation verbs,
 question words that imply the target). ``{E1}`` is never preceded by its table's name:
 
@@ -376,6 +379,14 @@ via        join    the route is not the shortest between its anchor and target: 
 howmuch    self    the asked-for column is a price or amount: "How much does {E1} cost?"
 where      self    the asked-for column is a place: "Where is {E1} located?"
 when       self    the asked-for column is a date: "When is the hire date of {E1}?"
+units      join    a total of the only quantity column in the schema: "How many units in
+                   total for {E1}?", "{E1} 一共多少件？"
+units_actor join   as ``units``, with the anchor's verb: "How many units has {E1} sold in total?"
+money      join    a total of the only table's money column (an amount or a total; never a
+                   unit price or a fee): "How much in total for {E1}?", "{E1} 一共多少钱？"
+money_actor join   as ``money``, with the anchor's verb: "How much has {E1} prescribed in total?"
+spend      join    as ``money``, the anchor a buyer: "How much has {E1} spent in total?"
+hours      join    a total of the only hours column: "How many hours in total for {E1}?"
 ========== ======= =========================================================================
 
 Extra placeholders: ``{v_base}``/``{v_past}``/``{v_zh}`` the verb, ``{ev_pl}``/``{ev}`` the event
@@ -560,6 +571,79 @@ _NATURAL_TEXTS: dict[tuple[str, str, str, str], tuple[str, ...]] = {
         "{E1} {v_zh}过的{t}，{agg}{ncol}多少？",
         "算一下 {E1} {v_zh}的{t}的{agg}{ncol}。",
         "{E1} {v_zh}的所有{t}的{agg}{ncol}？",
+    ),
+    # ------------------------------------------------------------------ a total of what the target measures
+    ("agg", "join", "en", "units"): (
+        "How many units in total for {E1}?",
+        "What is the total number of units for {E1}?",
+        "How many units does {E1} come to altogether?",
+        "Total units for {E1}?",
+    ),
+    ("agg", "join", "zh", "units"): (
+        "{E1} 一共多少件？",
+        "{E1} 总共有多少数量？",
+        "{E1} 加起来一共多少个？",
+        "{E1} 合计多少件？",
+    ),
+    ("agg", "join", "en", "units_actor"): (
+        "How many units has {E1} {v_past} in total?",
+        "How many units did {E1} {v_base} altogether?",
+        "In total, how many units were {v_past} by {E1}?",
+        "Total units {E1} {v_past}?",
+    ),
+    ("agg", "join", "zh", "units_actor"): (
+        "{E1} 一共{v_zh}了多少件？",
+        "{E1} 总共{v_zh}过多少数量？",
+        "{E1} {v_zh}的数量加起来是多少？",
+        "{E1} 累计{v_zh}了多少？",
+    ),
+    ("agg", "join", "en", "money"): (
+        "How much in total for {E1}?",
+        "What is the total amount for {E1}?",
+        "How much does {E1} add up to?",
+        "How much money in total for {E1}?",
+    ),
+    ("agg", "join", "zh", "money"): (
+        "{E1} 一共多少钱？",
+        "{E1} 总金额是多少？",
+        "{E1} 加起来多少钱？",
+        "{E1} 合计多少钱？",
+    ),
+    ("agg", "join", "en", "money_actor"): (
+        "How much has {E1} {v_past} in total?",
+        "What is the total value {E1} {v_past}?",
+        "How much did {E1} {v_base} altogether, in money?",
+        "In money, how much has {E1} {v_past}?",
+    ),
+    ("agg", "join", "zh", "money_actor"): (
+        "{E1} 一共{v_zh}了多少钱？",
+        "{E1} {v_zh}的总金额是多少？",
+        "{E1} 累计{v_zh}了多少钱？",
+        "{E1} {v_zh}的加起来多少钱？",
+    ),
+    ("agg", "join", "en", "spend"): (
+        "How much has {E1} spent in total?",
+        "How much money has {E1} spent?",
+        "What is the total {E1} has paid?",
+        "How much did {E1} spend altogether?",
+    ),
+    ("agg", "join", "zh", "spend"): (
+        "{E1} 一共花了多少钱？",
+        "{E1} 总共消费了多少？",
+        "{E1} 花的钱加起来有多少？",
+        "{E1} 一共付了多少钱？",
+    ),
+    ("agg", "join", "en", "hours"): (
+        "How many hours in total for {E1}?",
+        "What is the total number of hours for {E1}?",
+        "How many hours does {E1} add up to?",
+        "Total hours for {E1}?",
+    ),
+    ("agg", "join", "zh", "hours"): (
+        "{E1} 一共多少小时？",
+        "{E1} 总共多少工时？",
+        "{E1} 加起来多少个小时？",
+        "{E1} 合计多少小时？",
     ),
     # ------------------------------------------------------------------ the target named by its column alone
     ("list", "join", "en", "column"): (

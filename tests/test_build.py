@@ -35,6 +35,7 @@ from data_pipeline.templates import TEMPLATES, heldout_template_ids, plural, sin
 from conftest import make_tiny_shop
 
 CJK = re.compile(r"[\u4e00-\u9fff]")
+MEASURE_STYLES = ("units", "units_actor", "money", "money_actor", "spend", "hours")
 TINY_PATHS = 32
 
 
@@ -120,6 +121,8 @@ def names_target(s) -> bool:
     Chai"), or by the value itself (a one-table lookup of a named value: "What is the price of Chai?")."""
     style = s.meta.get("style", "classic")
     if style in ("who", "where", "howmuch", "when", "column"):  # a question word or the column names it
+        return False
+    if style in MEASURE_STYLES:  # what it totals names it ("How many units has X bought?")
         return False
     if style != "classic" and s.meta.get("noun", 0) % 3 == 2:  # another noun for it ("songs" for Track)
         return False
@@ -550,6 +553,39 @@ def test_config_checks_name_the_flag(tmp_path):
         BuildConfig(db="x", out=tmp_path, real_fraction=1.5)
     with pytest.raises(ConfigError, match="--synthetic-rows"):
         BuildConfig(db="x", out=tmp_path, synthetic_rows=0)
+    for bad in (0.0, 1.5):
+        with pytest.raises(ConfigError, match="--seed-share"):
+            BuildConfig(db="x", out=tmp_path, seed_share=bad)
+
+
+def test_seed_share_one_writes_every_question_fresh(tmp_path, tiny_db):
+    ds, summary = _build(tiny_db, tmp_path, samples_per_path=6, seed_share=1.0)
+    per_path = Counter(s.path for s in ds.samples)
+    assert {h: {n for p, n in per_path.items() if p.hops == h} for h in range(4)} == {0: {8}, 1: {5}, 2: {5}, 3: {8}}
+    assert all(s.meta["paraphrase"] is None for s in ds.samples)
+    assert len({s.meta["seed"] for s in ds.samples}) == len(ds.samples)
+    assert summary["n_samples"] == 6 * 8 + 10 * 5 + 10 * 5 + 6 * 8
+
+
+def test_measure_kind_needs_the_only_column_of_its_kind():
+    from core.schema import Column, ForeignKey, Schema, Table
+    from data_pipeline.stages import measure_kind
+
+    def schema(*extra: Table) -> Schema:
+        lines = Table("lines", (Column("id", "INTEGER", primary_key=True), Column("invoice_id", "INTEGER"),
+                                Column("Quantity", "INTEGER"), Column("UnitPrice", "REAL"), Column("UnitsInStock", "INTEGER")))
+        invoices = Table("invoices", (Column("id", "INTEGER", primary_key=True), Column("Total", "REAL"),
+                                      Column("Freight", "REAL", zh="运费"), Column("hours", "REAL")))
+        return Schema("s", (lines, invoices, *extra), (ForeignKey("lines", "invoice_id", "invoices", "id"),))
+
+    s = schema()
+    kinds = {c.name: measure_kind(s, t.name, c.name) for t in s.tables for c in t.columns}
+    assert kinds == {"id": None, "invoice_id": None, "Quantity": "units", "UnitPrice": None, "UnitsInStock": None,
+                     "Total": "money", "Freight": None, "hours": "hours"}
+    # a second money column elsewhere: "How much in total for X?" no longer says which table
+    two = schema(Table("contracts", (Column("id", "INTEGER", primary_key=True), Column("amount", "REAL"))))
+    assert measure_kind(two, "invoices", "Total") is None and measure_kind(two, "contracts", "amount") is None
+    assert measure_kind(two, "lines", "Quantity") == "units"
 
 
 def test_values_longer_than_people_type_are_never_named(tmp_path, tiny_db):
@@ -701,6 +737,36 @@ def test_sample_database_mix(sample_built):
     zh = [s for s in zh if names_target(s)]
     named = [s for s in zh if ds.schema.table(s.path.target).zh in s.question]
     assert len(named) == len(zh)
+
+
+MEASURED = {
+    # the only quantity / money column of each sample database, and so the only ones its
+    # questions may total without naming the table ("How many units has X bought?")
+    "northwind": {("Order Details", "Quantity")},
+    "chinook": {("Invoiceline", "Quantity"), ("Invoice", "Total")},
+}
+
+
+def test_sample_database_totals_name_what_they_measure_not_the_table(sample_built):
+    name, ds, _ = sample_built
+    measured = [s for s in ds.samples if s.meta.get("style") in MEASURE_STYLES]
+    assert len(measured) >= 8
+    for s in measured:
+        column = s.meta["plan"]["num_column"]
+        assert (s.path.target, column) in MEASURED[name], s.question
+        assert s.sql.startswith(f'SELECT SUM("{s.path.target}"."{column}")'), s.sql
+        words = ("units", "件", "数量", "个") if column == "Quantity" else ("much", "amount", "钱", "金额", "消费")
+        assert any(w in s.question for w in words), s.question
+        assert ds.schema.table(s.path.target).zh not in s.question and "order detail" not in s.question.lower()
+
+
+def test_question_words_never_ask_for_a_key(sample_built):
+    _, ds, _ = sample_built
+    worded = [s for s in ds.samples if s.meta.get("style") in ("where", "howmuch", "who") and s.path.hops == 0]
+    assert worded
+    for s in worded:
+        col = s.meta["plan"]["ask_column"]
+        assert not col.lower().endswith("id"), s.question  # "Where is Western based?" asked for RegionID
 
 
 def test_sample_database_partial_surfaces_name_one_value(sample_built):

@@ -216,10 +216,10 @@ def test_the_reward_is_clipped_by_one_knob(tiny_router, tmp_path):
     from rewards.router import RewardConfig
 
     assert "reward_clip" not in {f.name for f in fields(PPOConfig)}
-    res = train(tiny_config(tiny_router, tmp_path / "ppo", total_updates=1, reward=RewardConfig(clip=0.3)))
+    res = train(tiny_config(tiny_router, tmp_path / "ppo", total_updates=1, reward=RewardConfig(clip=0.1)))
     row = res.history[1]
-    assert row["rollout/reward_mean"] <= 0.3 + 1e-9  # the env pays the clipped total
-    assert row["rollout/reward/raw_total"] > 0.3  # an SFT router earns more than that before the clip
+    assert row["rollout/reward_mean"] <= 0.1 + 1e-9  # the env pays the clipped total
+    assert row["rollout/reward/raw_total"] > 0.1  # an SFT router earns more than that before the clip
 
 
 def test_init_for_another_schema_is_refused(tiny_router, tmp_path):
