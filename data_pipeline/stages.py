@@ -42,7 +42,7 @@ from data_pipeline.entities import TableProfile, fuzz, fuzzable
 from data_pipeline.gold import Plan, gold_sql
 from core.graph import JoinPath, SchemaGraph
 from data_pipeline.paraphrase import Paraphraser
-from data_pipeline.relations import agent_verb, agent_verbs, is_event, is_person, table_synonyms
+from data_pipeline.relations import Verb, agent_verb, agent_verbs, is_event, is_person, table_synonyms
 from core.samples import Entity, Sample
 from core.schema import Schema, Table, humanize
 from data_pipeline.templates import (
@@ -380,7 +380,7 @@ _MEASURE_VERBS = {
 _BUYER_VERBS = frozenset({"buy", "purchase"})
 
 
-def _style_verbs(style: str, anchor: Table, target: Table) -> tuple:
+def _style_verbs(style: str, anchor: Table, target: Table) -> tuple[Verb, ...]:
     """The verbs a style may fill ``{v_*}`` with: the anchor's for :data:`ANCHOR_VERB_STYLES`
     (those a quantity or amount can follow for the measure styles), else the target's."""
     if style not in ANCHOR_VERB_STYLES:
@@ -508,8 +508,9 @@ def natural_styles(family: str, path: JoinPath, plan: Plan, ctx: StageContext, l
     if path.hops == 0:
         if family == "lookup" and named:
             out.append(("value", 1.0))
-            asked = "" if _is_key(schema, path.target, str(plan.ask_column)) else _column_text(schema, path.target, str(plan.ask_column))
-            if _PRICE.search(asked) and schema.table(path.target).column(str(plan.ask_column)).is_numeric:
+            col = str(plan.ask_column)
+            asked = "" if _is_key(schema, path.target, col) else _column_text(schema, path.target, col)  # no "where" for RegionID
+            if _PRICE.search(asked) and schema.table(path.target).column(col).is_numeric:
                 out.append(("howmuch", 1.5))
             elif _PLACE.search(asked):
                 out.append(("where", 1.5))
