@@ -1,8 +1,9 @@
 """Sampling from the generator: ``n`` completions of one prompt for GRPO, and batch inference.
 
 - :func:`sample_group`: ``n`` completions of one prompt. The prompt is prefilled once (batch 1)
-  and its KV cache repeated ``n`` times before ``model.generate`` decodes with the cache, instead
-  of prefilling the same prompt ``n`` times.
+  and its KV cache written ``n`` times into a preallocated (static) cache before ``model.generate``
+  decodes with it, instead of prefilling the same prompt ``n`` times; LoRA adapters are merged into the base weights while
+  it decodes (:func:`merged_lora`), so each decoding step runs plain linear layers.
 - :func:`generate_answers`: greedy (or sampled) answers for many prompts, left-padded in
   batches of similar length, optionally route-constrained (:mod:`generator.constrained`).
 """
@@ -17,8 +18,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from peft import PeftModel
-from transformers import DynamicCache, PreTrainedTokenizerBase
+from peft import PeftModel, PeftType
+from transformers import DynamicCache, PreTrainedTokenizerBase, StaticCache
 
 
 @contextlib.contextmanager
@@ -31,6 +32,39 @@ def eval_mode(model: torch.nn.Module) -> Iterator[torch.nn.Module]:
             yield model
     finally:
         model.train(was_training)
+
+
+def _mergeable_lora(model: torch.nn.Module) -> bool:
+    """A peft LoRA model whose base weights are plain floating-point tensors (not quantized)."""
+    if not isinstance(model, PeftModel) or model.active_peft_config.peft_type != PeftType.LORA:
+        return False
+    base = model.get_base_model()
+    return getattr(base, "hf_quantizer", None) is None
+
+
+@contextlib.contextmanager
+def merged_lora(model: torch.nn.Module) -> Iterator[bool]:
+    """Inside the block, a LoRA model's adapters are folded into its base weights.
+
+    ``W <- W + scale * B @ A`` on entry (peft's ``merge_adapter``) and the same delta subtracted
+    on exit (``unmerge_adapter``), as TRL does before it hands weights to vLLM. A decoding step
+    then runs one matmul per linear layer instead of three plus the adapter's bookkeeping
+    (``benchmarks/bench_sampling.py`` measures what it saves). Exact in eval mode (dropout off) up
+    to float rounding: the restored weights differ from the originals by about one ulp. Models that are not LoRA, or whose base
+    weights are quantized (merging into 4-bit weights would re-quantize them), are left as they
+    are. Use only without grad: merged weights are not what the optimizer sees.
+
+    Yields:
+        True when the adapters were merged.
+    """
+    merge = _mergeable_lora(model)
+    if merge:
+        model.merge_adapter()
+    try:
+        yield merge
+    finally:
+        if merge:
+            model.unmerge_adapter()
 
 
 def completion_mask(completion_ids: torch.Tensor, eos_token_ids: Sequence[int]) -> torch.Tensor:
@@ -75,12 +109,24 @@ def cache_kwarg(model: torch.nn.Module) -> str:
     return "cache" if "cache" in inspect.signature(type(base).forward).parameters else "past_key_values"
 
 
-def _prefill(model: torch.nn.Module, prompt: torch.Tensor, n: int) -> DynamicCache:
-    """The KV cache of ``prompt`` (shape ``(1, P)``), run once and repeated ``n`` times."""
-    cache = DynamicCache(config=model.config)
-    model(input_ids=prompt, use_cache=True, logits_to_keep=1, **{cache_kwarg(model): cache})
-    if n > 1:
-        cache.batch_repeat_interleave(n)
+def _prefill(model: torch.nn.Module, prompt: torch.Tensor, n: int, max_cache_len: int | None) -> DynamicCache | StaticCache:
+    """The KV cache of ``prompt`` (shape ``(1, P)``), run once and repeated ``n`` times.
+
+    With ``max_cache_len`` the repeated cache is a preallocated
+    :class:`~transformers.StaticCache` of that many positions, which writes each new token's keys
+    and values in place; the dynamic cache (``None``) concatenates the whole cache on every
+    decoding step, which on CPU costs about as much as the matmuls
+    (``benchmarks/bench_sampling.py``).
+    """
+    prompt_cache = DynamicCache(config=model.config)
+    model(input_ids=prompt, use_cache=True, logits_to_keep=1, **{cache_kwarg(model): prompt_cache})
+    if max_cache_len is None:
+        if n > 1:
+            prompt_cache.batch_repeat_interleave(n)
+        return prompt_cache
+    cache = StaticCache(config=model.config, max_cache_len=max_cache_len)
+    for i, layer in enumerate(prompt_cache.layers):
+        cache.update(layer.keys.repeat_interleave(n, dim=0), layer.values.repeat_interleave(n, dim=0), i)
     return cache
 
 
@@ -118,6 +164,8 @@ def sample_group(
     temperature: float = 1.0,
     top_p: float = 1.0,
     min_new_tokens: int = 0,
+    merge_lora: bool = True,
+    static_cache: bool = True,
 ) -> Completions:
     """Sample ``n`` completions of one prompt with the KV cache (prompt prefilled once).
 
@@ -132,6 +180,10 @@ def sample_group(
         temperature: sampling temperature (> 0).
         top_p: nucleus mass.
         min_new_tokens: suppress EOS before this many tokens (benchmarks use it for fixed lengths).
+        merge_lora: decode with LoRA adapters merged into the base weights (:func:`merged_lora`);
+            False decodes through the adapters (the same distribution, slower).
+        static_cache: decode into a preallocated KV cache; False uses the growing dynamic cache
+            (the same samples, slower on CPU; kept for ``benchmarks/bench_sampling.py``).
 
     Returns:
         :class:`Completions`.
@@ -139,8 +191,10 @@ def sample_group(
     t0 = time.perf_counter()
     device = model_device(model)
     prompt = torch.tensor([list(prompt_ids)], dtype=torch.long, device=device)
-    with eval_mode(model):
-        cache = _prefill(model, prompt[:, :-1], n) if prompt.shape[1] > 1 else None
+    merging = merged_lora(model) if merge_lora else contextlib.nullcontext()
+    with eval_mode(model), merging:
+        cache_len = prompt.shape[1] + max_new_tokens if static_cache else None
+        cache = _prefill(model, prompt[:, :-1], n, cache_len) if prompt.shape[1] > 1 else None
         out = model.generate(
             input_ids=prompt.expand(n, -1),
             attention_mask=torch.ones(n, prompt.shape[1], dtype=torch.long, device=device),
@@ -152,6 +206,7 @@ def sample_group(
             max_new_tokens=max_new_tokens,
             min_new_tokens=min_new_tokens,
             pad_token_id=tokenizer.pad_token_id,
+            disable_compile=True,  # a static cache would otherwise compile the model on GPUs
         )
     completion_ids = out[:, prompt.shape[1] :]
     mask = completion_mask(completion_ids, _eos_ids(model, tokenizer))
@@ -201,9 +256,10 @@ def generate_answers(
                 p = list(prompts[i])
                 ids[row, width - len(p) :] = torch.tensor(p)
                 attn[row, width - len(p) :] = 1
-            kwargs: dict[str, Any] = {"do_sample": False}
+            # a preallocated KV cache instead of one concatenated on every step (see _prefill)
+            kwargs: dict[str, Any] = {"do_sample": False, "cache_implementation": "static", "disable_compile": True}
             if temperature > 0:
-                kwargs = {"do_sample": True, "temperature": temperature, "top_k": 0}
+                kwargs |= {"do_sample": True, "temperature": temperature, "top_k": 0}
             if join_clauses is not None and any(join_clauses[i] for i in batch):
                 from transformers import LogitsProcessorList
 

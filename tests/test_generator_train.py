@@ -22,7 +22,7 @@ from generator.config import GRPOConfig
 from generator.prompt import PromptOverrides
 from generator.folders import load_policy, save_generator
 from generator.logprobs import completion_logprobs, selective_log_softmax
-from generator.sampling import completion_mask, sample_group
+from generator.sampling import completion_mask, generate_answers, merged_lora, sample_group
 from generator.generate import main as generate_main
 from generator.models import DEFAULT_GENERATOR, ModelConfig, load_generator, resolve_generator
 from generator.smoke import SmokeReport, require_execution_signal
@@ -112,6 +112,53 @@ def test_sample_group_gives_n_completions_masked_after_eos(tiny_model):
     assert g.prompt_ids.tolist() == list(range(100, 120))
     assert torch.equal(g.mask, completion_mask(g.completion_ids, [tok.eos_token_id]))
     assert model.training  # restored after generating in eval mode
+
+
+def test_merged_lora_samples_what_the_adapters_sample_and_restores_the_weights(tiny_model):
+    model, tok = load_generator(_lora_cfg(tiny_model))
+    torch.manual_seed(1)
+    for n, p in model.named_parameters():
+        if "lora_B" in n:
+            p.data.normal_(0, 0.5)  # an adapter that changes what is sampled
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    draws = {}
+    for merge in (False, True):
+        torch.manual_seed(7)
+        draws[merge] = sample_group(model, tok, list(range(100, 120)), 4, max_new_tokens=8, merge_lora=merge)
+    assert torch.equal(draws[True].completion_ids, draws[False].completion_ids)
+    with torch.no_grad(), merged_lora(model) as merged:
+        assert merged
+        base_q = model.get_base_model().model.layers[0].self_attn.q_proj
+        assert not torch.allclose(base_q.base_layer.weight, before["base_model.model.model.layers.0.self_attn.q_proj.base_layer.weight"])
+    for n, p in model.named_parameters():  # unmerged on exit, to float rounding
+        torch.testing.assert_close(p.detach(), before[n], atol=1e-6, rtol=1e-5)
+    assert not [m for m in model.modules() if getattr(m, "merged", False)]
+
+
+def test_sample_group_draws_what_plain_generate_draws(tiny_model):
+    """The shared prefill and the static cache change the speed, not the samples."""
+    model, tok = load_generator(_lora_cfg(tiny_model))
+    model.eval()
+    prompt = list(range(100, 120))
+    torch.manual_seed(3)
+    group = sample_group(model, tok, prompt, 3, max_new_tokens=7, temperature=0.8)
+    torch.manual_seed(3)
+    with torch.no_grad():
+        plain = model.generate(input_ids=torch.tensor([prompt] * 3), attention_mask=torch.ones(3, 20, dtype=torch.long), do_sample=True,
+                               temperature=0.8, top_k=0, max_new_tokens=7, pad_token_id=tok.pad_token_id)  # fmt: skip
+    assert torch.equal(group.completion_ids, plain[:, 20:])
+
+
+def test_generate_answers_is_greedy_decoding_of_each_prompt_alone(tiny_model):
+    """Batched, left-padded, into a static cache: each answer is the prompt's own greedy decode."""
+    model, tok = load_generator(_lora_cfg(tiny_model))
+    prompts = [list(range(100, 112)), list(range(300, 305)), list(range(50, 70))]
+    answers = generate_answers(model, tok, prompts, max_new_tokens=6, batch_size=2)
+    model.eval()
+    for p, answer in zip(prompts, answers):
+        with torch.no_grad():
+            out = model.generate(input_ids=torch.tensor([p]), do_sample=False, max_new_tokens=6, pad_token_id=tok.pad_token_id)
+        assert answer == tok.decode(out[0, len(p):], skip_special_tokens=True)
 
 
 # --------------------------------------------------------------------------- GRPO training
