@@ -256,8 +256,7 @@ def generate_answers(
                 p = list(prompts[i])
                 ids[row, width - len(p) :] = torch.tensor(p)
                 attn[row, width - len(p) :] = 1
-            # a preallocated KV cache instead of one concatenated on every step (see _prefill)
-            kwargs: dict[str, Any] = {"do_sample": False, "cache_implementation": "static", "disable_compile": True}
+            kwargs: dict[str, Any] = {"do_sample": False}
             if temperature > 0:
                 kwargs |= {"do_sample": True, "temperature": temperature, "top_k": 0}
             if join_clauses is not None and any(join_clauses[i] for i in batch):
