@@ -1,9 +1,10 @@
 """Sampling from the generator: ``n`` completions of one prompt for GRPO, and batch inference.
 
 - :func:`sample_group`: ``n`` completions of one prompt. The prompt is prefilled once (batch 1)
-  and its KV cache written ``n`` times into a preallocated (static) cache before ``model.generate``
-  decodes with it, instead of prefilling the same prompt ``n`` times; LoRA adapters are merged into the base weights while
-  it decodes (:func:`merged_lora`), so each decoding step runs plain linear layers.
+  and its KV cache written ``n`` times into a preallocated (static) cache before
+  ``model.generate`` decodes with it, instead of prefilling the same prompt ``n`` times; LoRA
+  adapters are merged into the base weights while it decodes (:func:`merged_lora`), so each
+  decoding step runs plain linear layers.
 - :func:`generate_answers`: greedy (or sampled) answers for many prompts, left-padded in
   batches of similar length, optionally route-constrained (:mod:`generator.constrained`).
 """
@@ -50,9 +51,10 @@ def merged_lora(model: torch.nn.Module) -> Iterator[bool]:
     on exit (``unmerge_adapter``), as TRL does before it hands weights to vLLM. A decoding step
     then runs one matmul per linear layer instead of three plus the adapter's bookkeeping
     (``benchmarks/bench_sampling.py`` measures what it saves). Exact in eval mode (dropout off) up
-    to float rounding: the restored weights differ from the originals by about one ulp. Models that are not LoRA, or whose base
-    weights are quantized (merging into 4-bit weights would re-quantize them), are left as they
-    are. Use only without grad: merged weights are not what the optimizer sees.
+    to float rounding: the restored weights differ from the originals by about one ulp. Models
+    that are not LoRA, or whose base weights are quantized (merging into 4-bit weights would
+    re-quantize them), are left as they are. Use only without grad: merged weights are not what
+    the optimizer sees.
 
     Yields:
         True when the adapters were merged.
