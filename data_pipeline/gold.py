@@ -39,6 +39,8 @@ class Plan:
         filter_column: target column of the second condition ``{E2}`` (``filter`` only).
         filter_op: ``>=`` (numbers) or ``=`` (text).
         group_column: target column ``top`` groups by (its key), counting ``count_column`` of the anchor.
+        extra_column: a second target column ``list`` returns after ``ask_column`` (a person's
+            last name after the first, when the question asks "who" and names no column).
     """
 
     family: str
@@ -51,6 +53,7 @@ class Plan:
     filter_column: str | None = None
     filter_op: str | None = None
     group_column: str | None = None
+    extra_column: str | None = None
 
     @property
     def aggregates(self) -> bool:
@@ -113,6 +116,8 @@ def gold_sql(graph: SchemaGraph, path: JoinPath, plan: Plan, value: Any = None, 
     where = [f"{col(a, plan.entity_column)} = {sql_literal(value)}"]
     if plan.family in ("list", "lookup", "filter"):
         select = f"SELECT DISTINCT {col(t, str(plan.ask_column))}"
+        if plan.extra_column is not None:
+            select += f", {col(t, plan.extra_column)}"
     elif plan.family == "count":
         select = f"SELECT COUNT(DISTINCT {col(t, plan.count_column)})" if plan.count_column else "SELECT COUNT(*)"
     elif plan.family == "agg":

@@ -50,6 +50,7 @@ from data_pipeline.templates import (
     FAMILIES_BY_SCOPE,
     Template,
     UNFILTERED_FAMILIES_BY_SCOPE,
+    bare_template,
     column_words,
     plural,
     table_words,
@@ -79,6 +80,14 @@ MEASURE_SHARE = 0.7
 """Share of the aggregates over a join whose target has a measure column (:func:`measure_kind`)
 that total it, so that "How many units has X bought?" is generated and not only averages of
 whichever number comes first."""
+
+BARE_SHARE = 0.7
+"""Share of the list questions over a join that ask for the target's rows without naming a
+column ("Which customers ordered Chai?", "谁订购过 Chai？"), answered with the
+target's name column (:func:`answer_columns`). People rarely say which column they want; before,
+every generated list question ended with "Give the {column}", and a generator trained on them
+answered "Which customers ..." with the customers' ids. 0.7 and not 1 so that a question that
+does name the column is still seen with it."""
 
 HELDOUT_WEIGHT = 0.5
 """Draw weight of a held-out phrasing relative to a training one: with 2 of 8 phrasings per group
@@ -226,6 +235,35 @@ def _unnamed_entity(table: str, ctx: StageContext) -> str:
     if len(pk) == 1 and pk[0] in prof.entity:
         return pk[0]
     return prof.entity[0]
+
+
+_FIRST_NAME = re.compile(r"first|given|(^|_)名$", re.IGNORECASE)
+_LAST_NAME = re.compile(r"last|surname|family|(^|_)姓$", re.IGNORECASE)
+_NAME_LIKE = re.compile(r"(^|_)name$|title$|名称$|mc$", re.IGNORECASE)
+
+
+def answer_columns(ctx: StageContext, table: str) -> tuple[str, ...]:
+    """The columns that answer "which {table}" when the question names none (empty: none do).
+
+    The table's best name-like column (:attr:`TableProfile.names`: ``CompanyName``, ``title``)
+    that does not copy another table's values, or both halves of a name split over two columns
+    (first name, then last name: "Who sold Chai?" means the employees' full names); else a
+    descriptive column named like a name (``name``, ``..._name``, ``title``, ``...mc``); else
+    its single primary key ("Which orders did X place?" means order ids).
+    """
+    prof = ctx.profiles[table]
+    names = [c for c in prof.names if (table, c) not in ctx.copy_columns]
+    first = [c for c in names if _FIRST_NAME.search(c)]
+    last = [c for c in names if _LAST_NAME.search(c)]
+    if first and last:
+        return first[0], last[0]
+    if names:
+        return (names[0],)
+    named = [c for c in prof.descriptive if _NAME_LIKE.search(c) and (table, c) not in ctx.copy_columns]
+    if named:
+        return (named[0],)
+    pk = ctx.schema.table(table).primary_key
+    return (pk[0],) if len(pk) == 1 else ()
 
 
 def plan_question(family: str, path: JoinPath, ctx: StageContext, rng: random.Random) -> Plan | None:
@@ -615,10 +653,17 @@ def seed_questions(samples: list[Sample], ctx: StageContext) -> list[Sample]:
             options = [t for t in group if t.id not in used] or list(group)
             tpl = rng.choices(options, weights=[HELDOUT_WEIGHT if t.heldout else 1.0 for t in options])[0]
             used.add(tpl.id)
+            text_tpl, bare = tpl.text, False
+            if family == "list" and scope == "join" and style != "column":
+                answer = answer_columns(ctx, path.target)
+                stripped = bare_template(tpl.text, language) if answer else None
+                if stripped is not None and rng.random() < BARE_SHARE:
+                    extra = answer[1] if len(answer) > 1 else None
+                    plan, text_tpl, bare = replace(plan, ask_column=answer[0], extra_column=extra), stripped, True
             sid = f"{ctx.db_name}-s{len(out)}"
             verb_index = rng.randrange(6) if style in VERB_STYLES else 0
             noun_index = rng.randrange(3) if style != "classic" else 0
-            text = render(tpl.text, words_for(plan, path, ctx.schema, language, style, verb_index, noun_index), language)
+            text = render(text_tpl, words_for(plan, path, ctx.schema, language, style, verb_index, noun_index), language)
             out.append(
                 Sample(
                     id=sid,
@@ -629,7 +674,7 @@ def seed_questions(samples: list[Sample], ctx: StageContext) -> list[Sample]:
                     sql="",
                     template_id=tpl.id,
                     meta={"seed": sid, "plan": plan.to_dict(), "paraphrase": None, "style": style, "verb": verb_index,
-                          "noun": noun_index},
+                          "noun": noun_index, "bare": bare},
                 )
             )
     return out
@@ -677,7 +722,7 @@ def _candidates(ctx: StageContext, path: JoinPath, plan: Plan, value: Any = None
     With ``value``, the distinct values of the plan's filter column for that anchor value.
     Values longer than :data:`MAX_VALUE_CHARS` are left out (filtered once, then cached).
     """
-    needed = [c for c in (plan.ask_column, plan.num_column, plan.count_column) if c]
+    needed = [c for c in (plan.ask_column, plan.extra_column, plan.num_column, plan.count_column) if c]
     key = (path, plan.entity_column, tuple(needed), plan.filter_column if value is not None else None, value)
     if key in ctx._values:
         return ctx._values[key]

@@ -926,6 +926,46 @@ def tidy(text: str, language: str) -> str:
     return text
 
 
+_EN_ASK_SENTENCE = re.compile(r"(?P<keep>.*?\?)\s+(?P<drop>[^?]*\{tcol\}[^?]*)")
+_EN_ASK_TAIL = re.compile(r"\s*\((?:their |the )?\{tcol\}\)|\s+and (?:return|show) the \{tcol\}")
+_ZH_ASK_SENTENCE = re.compile(r"(?P<keep>.*?？)(?P<drop>[^？]*\{tcol\}[^？]*)")
+_ZH_ASK_CLAUSE = re.compile(r"(?P<keep>(?:查一下|查询|列出|看看).*?)，(?P<drop>[^，]*\{tcol\}[^，]*)。")
+
+
+def bare_template(text: str, language: str) -> str | None:
+    """The template without the words that name the asked-for column ``{tcol}``, or None when
+    the column is part of the question itself.
+
+    People ask for a table's rows without saying which column ("Which customers ordered
+    Tunnbröd?"); the generated question then means the rows' name column
+    (:func:`data_pipeline.stages.answer_columns`). Only a trailing request for the column goes:
+    a sentence after the question ("... ? Give the {tcol}."), a bracket ("(their {tcol})"), "and
+    show the {tcol}", or in Chinese a sentence after "？" or a clause after an imperative
+    ("查一下 ...，显示{tcol}。").
+
+    >>> bare_template("Which {t_pl} {v_past} {E1}? Give the {tcol}.", "en")
+    'Which {t_pl} {v_past} {E1}?'
+    >>> bare_template("List the {t_pl} that go with {E1} (their {tcol}).", "en")
+    'List the {t_pl} that go with {E1}.'
+    >>> bare_template("查一下 {E1} {v_zh}的{t}，显示{tcol}。", "zh")
+    '查一下 {E1} {v_zh}的{t}。'
+    >>> bare_template("{E1} 的{t}有哪些？列出{tcol}。", "zh"), bare_template("Show the {tcol} for {E1}.", "en")
+    ('{E1} 的{t}有哪些？', None)
+    """
+    if language == "zh":
+        m = _ZH_ASK_SENTENCE.fullmatch(text)
+        out = m["keep"] if m and "{E" not in m["drop"] else None
+        if out is None and (m := _ZH_ASK_CLAUSE.fullmatch(text)) and "{E" not in m["drop"]:
+            out = m["keep"] + "。"
+    else:
+        m = _EN_ASK_SENTENCE.fullmatch(text)
+        out = m["keep"] if m and "{E" not in m["drop"] else None
+        if out is None:
+            stripped = _EN_ASK_TAIL.sub("", text)
+            out = stripped if stripped != text else None
+    return out if out is not None and "{tcol}" not in out else None
+
+
 def singular(words: str) -> str:
     """Singular of an English noun phrase (last word only): ``order details`` -> ``order detail``.
 

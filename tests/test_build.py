@@ -30,7 +30,7 @@ from data_pipeline.paraphrase import LLMParaphraser, RuleParaphraser
 from core.samples import Sample
 from data_pipeline.splits import assign_splits
 from data_pipeline.stages import STAGES, difficulty, fill_entities, grade_difficulty, paraphrase, seed_questions
-from data_pipeline.templates import TEMPLATES, heldout_template_ids, plural, singular, templates_for
+from data_pipeline.templates import TEMPLATES, bare_template, column_words, heldout_template_ids, plural, singular, templates_for
 
 from conftest import make_tiny_shop
 
@@ -123,6 +123,8 @@ def names_target(s) -> bool:
     if style in ("who", "where", "howmuch", "when", "column"):  # a question word or the column names it
         return False
     if style in MEASURE_STYLES:  # what it totals names it ("How many units has X bought?")
+        return False
+    if s.meta.get("bare") and re.search(r"\bwho\b|谁", s.question, re.IGNORECASE):  # "谁处理了 X 的订单？"
         return False
     if style != "classic" and s.meta.get("noun", 0) % 3 == 2:  # another noun for it ("songs" for Track)
         return False
@@ -767,6 +769,50 @@ def test_question_words_never_ask_for_a_key(sample_built):
     for s in worded:
         col = s.meta["plan"]["ask_column"]
         assert not col.lower().endswith("id"), s.question  # "Where is Western based?" asked for RegionID
+
+
+BARE_ANSWERS = {
+    # what "which <table>" returns when no column is named, per target table
+    "northwind": {"Customers": ("CompanyName",), "Products": ("ProductName",), "Shippers": ("CompanyName",),
+                  "Suppliers": ("CompanyName",), "Categories": ("CategoryName",), "Orders": ("OrderID",),
+                  "Territories": ("TerritoryDescription",), "Region": ("RegionDescription",),
+                  "Employees": ("FirstName", "LastName")},
+    "chinook": {"Artist": ("name",), "Album": ("title",), "Track": ("name",), "Genre": ("name",),
+                "Playlist": ("name",), "Customer": ("firstname", "lastname"), "Employee": ("firstname", "lastname")},
+}
+
+
+def test_list_questions_that_name_no_column_return_the_target_name(sample_built):
+    name, ds, _ = sample_built
+    bare = [s for s in ds.samples if s.meta.get("bare")]
+    lists = [s for s in ds.samples if s.meta["plan"]["family"] == "list" and s.path.hops > 0]
+    assert 0.25 <= len(bare) / len(lists) <= 0.7, (len(bare), len(lists))  # BARE_SHARE of the list seeds that can drop the column
+    assert {s.language for s in bare} == {"en", "zh"}
+    seen = set()
+    for s in bare:
+        plan = s.meta["plan"]
+        columns = (plan["ask_column"],) + ((plan["extra_column"],) if plan.get("extra_column") else ())
+        expected = BARE_ANSWERS[name].get(s.path.target)
+        if expected is not None:
+            assert columns == expected, (s.question, columns)
+            seen.add(s.path.target)
+        select = ", ".join(f'"{s.path.target}"."{c}"' for c in columns)
+        assert s.sql.startswith(f"SELECT DISTINCT {select} FROM"), s.sql
+        table = ds.schema.table(s.path.target)
+        for c in columns:
+            if c not in table.primary_key:
+                assert column_words(table.column(c), s.language).lower() not in s.question.lower(), s.question
+    assert len(seen) >= 5 and any(len(BARE_ANSWERS[name][t]) == 2 for t in seen), seen  # persons too
+
+
+def test_bare_template_drops_only_a_trailing_request_for_the_column():
+    assert bare_template("Who {v_past} {E1}? Show the {t}'s {tcol}.", "en") == "Who {v_past} {E1}?"
+    assert bare_template("Find the {t_pl} of {a} {E1} and return the {tcol}.", "en") == "Find the {t_pl} of {a} {E1}."
+    assert bare_template("列出{a} {E1} 的全部{t}，显示{tcol}。", "zh") == "列出{a} {E1} 的全部{t}。"
+    assert bare_template("{E1} 的{t}里哪些{E2}？列出{tcol}。", "zh") == "{E1} 的{t}里哪些{E2}？"
+    for kept in ("Show the {tcol} of the {t_pl} for {E1}.", "What {tcol} do the {t_pl} of {E1} have?",
+                 "{E1} 涉及的{t}，要{tcol}。", "Among the {t_pl} of {E1}, which have {E2}? Give the {tcol} of {E2}."):
+        assert bare_template(kept, "zh" if "涉及" in kept else "en") is None, kept
 
 
 def test_sample_database_partial_surfaces_name_one_value(sample_built):

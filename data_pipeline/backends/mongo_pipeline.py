@@ -343,7 +343,8 @@ def plan_query(graph: SchemaGraph, path: JoinPath, plan: Plan, value: Any, secon
             raise DataError(f"plan filter_op must be one of {', '.join(OPS)}, got {plan.filter_op!r}")
         where.append(Condition(t, plan.filter_column, str(plan.filter_op), second))
     if plan.family in ("list", "lookup", "filter"):
-        select, distinct = (Output(t, str(plan.ask_column)),), True
+        extra = (Output(t, plan.extra_column),) if plan.extra_column is not None else ()
+        select, distinct = (Output(t, str(plan.ask_column)), *extra), True
     elif plan.family == "count":
         select, distinct = (Output(t, plan.count_column, "count", distinct=plan.count_column is not None),), False
     elif plan.family == "agg":
