@@ -40,7 +40,8 @@ class Plan:
         filter_op: ``>=`` (numbers) or ``=`` (text).
         group_column: target column ``top`` groups by (its key), counting ``count_column`` of the anchor.
         extra_column: a second target column ``list`` returns after ``ask_column`` (a person's
-            last name after the first, when the question asks "who" and names no column).
+            last name after the first, when the question names no column:
+            :func:`data_pipeline.stages.answer_columns`).
     """
 
     family: str

@@ -82,8 +82,9 @@ that total it, so that "How many units has X bought?" is generated and not only 
 whichever number comes first."""
 
 BARE_SHARE = 0.7
-"""Share of the list questions over a join that ask for the target's rows without naming a
-column ("Which customers ordered Chai?", "谁订购过 Chai？"), answered with the
+"""Share of the list questions over a join whose phrasing can drop its request for the column
+(:func:`~data_pipeline.templates.bare_template`) that do, and so ask for the target's rows without
+naming a column ("Which customers ordered Chai?", "谁订购过 Chai？"), answered with the
 target's name column (:func:`answer_columns`). People rarely say which column they want; before,
 every generated list question ended with "Give the {column}", and a generator trained on them
 answered "Which customers ..." with the customers' ids. 0.7 and not 1 so that a question that
