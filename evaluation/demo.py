@@ -4,7 +4,9 @@ Steps (each is also its own command; their outputs land in ``--out``):
 
 1. ``python -m data_pipeline.build``     -> ``OUT/data``         generated questions, paths, gold SQL, value index
 2. ``python -m router.train_sft``        -> ``OUT/router_sft``   SFT router (anchor/via/target + value head)
-3. ``python -m router.train_ppo``        -> ``OUT/router_ppo``   PPO router, actor and critic from SFT
+3. ``python -m router.train_ppo``        -> ``OUT/router_ppo``   PPO router, actor and critic from SFT;
+   ``python -m router.calibrate``                              both routers' confidence calibrated on the sample's
+                                                              human-written development questions (when it has them)
 4. ``python -m generator.train_sft``     -> ``OUT/gen_sft``      generator warm start on gold SQL (LoRA)
 5. ``python -m generator.train_grpo``    -> ``OUT/gen_grpo``     GRPO from the warm start (DAPO loss, KL 0.01,
                                                               execution reward, smoke test); ``OUT/generator`` is its final model
@@ -26,10 +28,15 @@ import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from core.cli import parse, run_main
 from core.errors import ConfigError, Route2SQLError
 from core.io import ensure_writable_dir, write_json
+
+
+DEV_SETS = Path(__file__).with_name("dev_sets")
+"""The sample databases' development questions (written for tuning; never an evaluation set)."""
 
 
 @dataclass
@@ -56,6 +63,8 @@ class DemoConfig:
     """Gold answers per generator warm-start step."""
     grpo_steps: int = 4
     """GRPO steps after the warm start (0 skips GRPO; the warm start is then the final generator)."""
+    calibration_questions: str = "auto"
+    """Human-written questions with gold routes (JSONL, the format of the human sets) that the routers' confidence is calibrated on; auto: the sample's development questions when it has them (never its evaluation questions); none: keep the calibration on generated questions."""
     num_generations: int = 8
     """Completions per GRPO prompt (the group the advantage is computed over)."""
     eval_samples: int = 0
@@ -125,6 +134,13 @@ def run_demo(cfg: DemoConfig) -> dict:
                                              *quiet, *threads])  # fmt: skip
         methods.append("ppo")
         routers += ["--ppo-router", str(ppo)]
+    calibration = calibration_file(cfg)
+    if calibration is not None:
+        from router import calibrate
+
+        for r in [sft] + ([ppo] if cfg.ppo_updates > 0 else []):
+            step(f"calibrate {r.name}", calibrate.main, ["--router", str(r), "--data", str(data), "--questions",
+                                                          str(calibration), *threads])  # fmt: skip
     generators: list[str] = []
     if cfg.generator:
         generators.append(f"base={cfg.generator}{BASE_PROMPT}")
@@ -187,6 +203,25 @@ def run_demo(cfg: DemoConfig) -> dict:
     if cfg.generator:
         print(f"ask it: python -m generator.ask --router {ppo if cfg.ppo_updates else sft} --generator {final} \"your question\"")
     return results
+
+
+def calibration_file(cfg: DemoConfig) -> Path | None:
+    """The questions the routers are calibrated on: ``--calibration-questions``, or with ``auto``
+    the sample database's development set (``evaluation/dev_sets/<sample>.jsonl``) when there is one.
+
+    Raises:
+        ConfigError: a file given by path that does not exist.
+    """
+    choice = cfg.calibration_questions
+    if choice == "none":
+        return None
+    if choice == "auto":
+        dev = DEV_SETS / f"{cfg.db}.jsonl"
+        return dev if dev.is_file() else None
+    path = Path(choice)
+    if not path.is_file():
+        raise ConfigError("file not found", where=f"--calibration-questions {choice}")
+    return path
 
 
 def summary_table(results: dict) -> str:

@@ -21,6 +21,11 @@ Metrics of a group of samples:
 - ``nonnull_via_acc``: ``via_acc`` on the samples whose gold via is not null (the 10x case);
 - ``legal_rate``: share of predictions that are legal paths of the graph (1.0 for this router);
 - ``mean_reward``: mean of :func:`rewards.router.path_reward_components` ``total``.
+
+The command line adds, per router and split, ``ece`` (expected calibration error of the route
+confidence, 10 bins), ``wrong`` (routes not exactly right) and ``uncertain_wrong`` /
+``uncertain_right`` (wrong / right routes whose confidence is below the router's threshold, 0.6,
+so ``router.route`` marks them uncertain).
 """
 
 from __future__ import annotations
@@ -150,6 +155,9 @@ def format_table(metrics: dict[str, Any], title: str = "") -> str:
             lines.append(row(f"{label}={name}", m))
     if "ece" in metrics:
         lines.append(f"expected calibration error (10 bins) of the route confidence: {metrics['ece']:.3f}")
+    if "uncertain_wrong" in metrics:
+        lines.append(f"marked uncertain: {metrics['uncertain_wrong']} of {metrics['wrong']} wrong routes, "
+                     f"{metrics['uncertain_right']} of {metrics['n'] - metrics['wrong']} right ones")
     return "\n".join(lines)
 
 
@@ -245,9 +253,11 @@ def main(argv: Sequence[str] | None = None) -> dict[str, dict[str, Any]]:
             routes = router.route_batch([s.question for s in samples])
             predicted = [r.path for r in routes]
             m = path_metrics(predicted, samples, ds.graph)
-            m["ece"] = expected_calibration_error(
-                torch.tensor([r.confidence for r in routes]), torch.tensor([p == s.path for p, s in zip(predicted, samples, strict=True)])
-            )
+            right = [p == s.path for p, s in zip(predicted, samples, strict=True)]
+            m["ece"] = expected_calibration_error(torch.tensor([r.confidence for r in routes]), torch.tensor(right))
+            m["wrong"] = right.count(False)
+            m["uncertain_wrong"] = sum(r.uncertain and not ok for r, ok in zip(routes, right, strict=True))
+            m["uncertain_right"] = sum(r.uncertain and ok for r, ok in zip(routes, right, strict=True))
             results[str(ckpt)][group] = m
             print(format_table(m, title=f"== {ckpt}: {group} =="))
             if cfg.failures:

@@ -128,6 +128,11 @@ def test_command_line_scores_saved_routers_and_drops_excluded_questions(tiny_db:
     assert got["test"]["n"] == 2 and got["test+test_heldout"]["n"] == 3
     direct = evaluate_router(Router.from_pretrained(ckpt), samples[:3], g)
     assert got["test+test_heldout"]["full_path_acc"] == direct["full_path_acc"]
+    routes = Router.from_pretrained(ckpt).route_batch([s.question for s in samples[:3]])
+    right = [r.path == s.path for r, s in zip(routes, samples, strict=False)]
+    assert got["test+test_heldout"]["wrong"] == right.count(False) == round(3 * (1 - direct["full_path_acc"]))
+    assert got["test+test_heldout"]["uncertain_wrong"] == sum(r.uncertain and not ok for r, ok in zip(routes, right))
+    assert got["test+test_heldout"]["uncertain_right"] == sum(r.uncertain and ok for r, ok in zip(routes, right))
     assert "== " + str(ckpt) + ": test ==" in capsys.readouterr().out
     assert (tmp_path / "m.json").is_file()
 

@@ -1,0 +1,116 @@
+"""router.calibrate: the temperature fitted on human-written questions, written into config.json."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from core.graph import JoinPath, SchemaGraph
+from core.schema import introspect
+
+
+def _router(tiny_db: Path, tmp_path: Path):
+    from router.model import PathSpace, RouterModel
+    from router.policy import RouterPolicy
+    from router.route import Router
+
+    torch.manual_seed(0)
+    g = SchemaGraph(introspect(tiny_db), max_hops=3)
+    model = RouterModel.from_encoder("all-MiniLM-L6-v2", trainable_layers=1, head_dim=16)
+    folder = Router(RouterPolicy(model, PathSpace(g))).save_pretrained(tmp_path / "router")
+    return Router.from_pretrained(folder), folder
+
+
+QUESTIONS = [
+    ("Which suppliers sell Green Tea?", "products", (), "suppliers"),
+    ("How many orders has Alice Martin placed?", "customers", (), "orders"),
+    ("What does Bob Chen buy?", "customers", ("orders", "order items"), "products"),
+    ("List the categories", "categories", (), "categories"),
+    ("Alice Martin 买过哪些产品？", "customers", ("orders", "order items"), "products"),
+    ("Smoked Salmon 多少钱？", "products", (), "products"),
+]
+
+
+def _write(path: Path, rows) -> Path:
+    with path.open("w", encoding="utf-8") as fh:
+        for q, a, v, t in rows:
+            fh.write(json.dumps({"question": q, "path": {"anchor": a, "via": list(v), "target": t},
+                                 "sql": "SELECT 1", "language": "zh" if "？" in q else "en"}) + "\n")  # fmt: skip
+    return path
+
+
+def test_the_fit_minimises_the_gold_routes_nll_and_keeps_every_route(tiny_db: Path, tmp_path: Path) -> None:
+    from router.calibrate import calibrate
+
+    router, _ = _router(tiny_db, tmp_path)
+    questions = [q for q, *_ in QUESTIONS]
+    gold = [JoinPath(a, v, t) for _, a, v, t in QUESTIONS]
+    before = [r.path for r in router.route_batch(questions)]
+    res = calibrate(router, questions, gold)
+    assert res.n == 6 and res.temperature_before == 1.0
+    assert res.accuracy == sum(p == g for p, g in zip(before, gold, strict=True)) / 6
+    assert res.nll <= res.nll_before + 1e-9
+    # the NLL at the fitted temperature is the smallest on a grid around it
+    lp = torch.cat([d.log_prob for d in router.distributions(questions)]).double()
+    idx = torch.tensor([router.policy.space.index(p) for p in gold])
+    nll = lambda t: float(-torch.log_softmax(lp / t, -1).gather(1, idx.view(-1, 1)).mean())  # noqa: E731
+    assert res.nll == pytest.approx(nll(res.temperature), abs=1e-4)
+    assert all(nll(res.temperature) <= nll(res.temperature * f) + 1e-6 for f in (0.8, 0.9, 1.1, 1.25))
+    assert [r.path for r in router.route_batch(questions)] == before  # the routes never change
+
+
+def test_the_command_writes_the_temperature_and_the_router_reports_with_it(tiny_db: Path, tmp_path: Path,
+                                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    from router.calibrate import main
+    from router.route import Router
+
+    router, folder = _router(tiny_db, tmp_path)
+    file = _write(tmp_path / "dev.jsonl", QUESTIONS)
+    dry = main(["--router", str(folder), "--questions", str(file), "--dry-run", "--threads", "1"])
+    assert json.loads((folder / "config.json").read_text())["temperature"] == 1.0  # dry run: nothing written
+    res = main(["--router", str(folder), "--questions", str(file), "--threads", "1"])
+    assert res == dry
+    doc = json.loads((folder / "config.json").read_text())
+    assert doc["temperature"] == round(res.temperature, 4)
+    assert doc["calibration"]["n"] == 6 and doc["calibration"]["questions"] == str(file)
+    again = Router.from_pretrained(folder)
+    assert again.temperature == round(res.temperature, 4)
+    r = again.route(QUESTIONS[0][0])
+    lp = again.distributions([QUESTIONS[0][0]])[0].log_prob[0]
+    assert r.confidence == pytest.approx(float(torch.softmax(lp / again.temperature, -1).max()), abs=1e-6)
+    assert "temperature 1.000 ->" in capsys.readouterr().out
+
+
+def test_an_illegal_gold_route_is_one_line_naming_the_file_and_line(tiny_db: Path, tmp_path: Path,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    from core.cli import run_main
+    from router.calibrate import main
+
+    _, folder = _router(tiny_db, tmp_path)
+    file = _write(tmp_path / "bad.jsonl", [QUESTIONS[0], ("Who?", "suppliers", ("orders",), "customers")])
+    with pytest.raises(SystemExit) as exc:
+        run_main(lambda: main(["--router", str(folder), "--questions", str(file)]))
+    assert exc.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "bad.jsonl:2:" in err[0] and "not a legal join path" in err[0]
+    assert json.loads((folder / "config.json").read_text())["temperature"] == 1.0
+
+
+def test_the_demo_calibrates_on_the_samples_development_questions_only(tmp_path: Path) -> None:
+    from core.errors import ConfigError
+    from data_pipeline.human_sets import packaged_human_file
+    from evaluation.demo import DemoConfig, calibration_file
+
+    for sample in ("northwind", "chinook", "hospital", "projects"):
+        got = calibration_file(DemoConfig(db=sample))
+        assert got is not None and got.name == f"{sample}.jsonl" and got.parent.name == "dev_sets"
+        assert got.read_text(encoding="utf-8") != packaged_human_file(sample).read_text(encoding="utf-8")
+    assert calibration_file(DemoConfig(db=str(tmp_path / "mine.sqlite"))) is None  # no development set: generated validation
+    assert calibration_file(DemoConfig(db="northwind", calibration_questions="none")) is None
+    own = _write(tmp_path / "own.jsonl", QUESTIONS)
+    assert calibration_file(DemoConfig(db="northwind", calibration_questions=str(own))) == own
+    with pytest.raises(ConfigError, match="calibration-questions"):
+        calibration_file(DemoConfig(db="northwind", calibration_questions=str(tmp_path / "missing.jsonl")))
