@@ -9,9 +9,10 @@ greedy decoding and for sampling alike (self-consistency, GRPO rollouts), and it
 decode of the row's new tokens per step.
 
 Forcing sets every other token's score to ``-inf``; a row that never writes ``FROM``, or writes
-it inside a longer token (``FROM"``), is left alone. A query that aliases tables before ``FROM``
-(``SELECT T1.name``) no longer fits the forced clause, which names tables in full: the prompt's
-examples and the SFT targets never alias.
+it inside a longer token (``FROM"``), is left alone. A query that has used Spider-style aliases
+before ``FROM`` (``SELECT T1.name``, as pretrained coder models write) gets the clause with its
+tables aliased ``T1``, ``T2``, ... in path order (:func:`aliased_clause`), so the aliases it
+already wrote are defined; the prompt's examples and the SFT targets never alias.
 
 >>> import torch
 >>> class Tok:  # a character tokenizer: token id = code point
@@ -39,6 +40,32 @@ from transformers import LogitsProcessor
 
 _FROM_AT_END = re.compile(r"\bFROM\s*$", re.IGNORECASE)
 _ANSWER = "<answer>"
+_ALIAS_USE = re.compile(r"\bT\d+\s*\.", re.IGNORECASE)
+
+
+def aliased_clause(clause: str) -> str:
+    """``clause`` (a ``FROM ... JOIN ... ON ...`` clause) with its tables aliased ``T1``, ``T2``, ...
+    in the order they appear, and the join conditions written with the aliases (Spider's style).
+
+    >>> aliased_clause('FROM "a" JOIN "b" ON "b"."a_id" = "a"."id"')
+    'FROM "a" AS T1 JOIN "b" AS T2 ON T2."a_id" = T1."id"'
+
+    Raises:
+        sqlglot.errors.ParseError: ``clause`` is not a FROM clause sqlglot can read.
+    """
+    import sqlglot
+    from sqlglot import exp
+
+    tree = sqlglot.parse_one(f"SELECT 1 {clause}", read="sqlite")
+    names: dict[str, str] = {}
+    for i, table in enumerate(tree.find_all(exp.Table, bfs=False), 1):
+        names.setdefault(table.name, f"T{i}")
+        table.set("alias", exp.TableAlias(this=exp.to_identifier(names[table.name])))
+    for column in tree.find_all(exp.Column):
+        if column.table in names:
+            column.set("table", exp.to_identifier(names[column.table]))
+    sql = tree.sql(dialect="sqlite")
+    return sql[sql.index(" FROM ") + 1 :]
 
 
 class JoinSkeletonProcessor(LogitsProcessor):
@@ -69,6 +96,11 @@ class JoinSkeletonProcessor(LogitsProcessor):
         if not _FROM_AT_END.search(body) or len(re.findall(r"\bFROM\b", body, re.IGNORECASE)) != 1:
             return None
         clause = str(self.clauses[row])
+        if _ALIAS_USE.search(body):  # the SELECT list already names T1, T2, ...: define them
+            try:
+                clause = aliased_clause(clause)
+            except Exception:  # noqa: BLE001 - a clause sqlglot cannot read is forced as it is
+                pass
         rest = re.sub(r"^\s*FROM\s+", "", clause, flags=re.IGNORECASE)
         lead = "" if text.endswith((" ", "\n")) else " "
         return list(self.tokenizer.encode(lead + rest, add_special_tokens=False))

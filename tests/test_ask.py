@@ -41,6 +41,31 @@ def test_forced_clause_decodes_exactly_with_smollm2_tokens() -> None:
     assert proc.forced[0] > 5
 
 
+def test_a_query_that_already_aliased_t1_t2_gets_the_aliased_clause_and_runs(tmp_path: Path) -> None:
+    """SELECT T2.name ... used to be forced FROM "products" JOIN "suppliers" ...: T2 undefined, an error."""
+    import sqlite3
+
+    from generator.constrained import aliased_clause
+
+    tok = AutoTokenizer.from_pretrained(resolve_generator(DEFAULT_GENERATOR))
+    graph = SchemaGraph(introspect(make_tiny_shop(tmp_path / "shop.sqlite")), max_hops=3)
+    path = JoinPath("suppliers", ("products",), "categories")
+    clause = graph.from_clause(path)
+    assert aliased_clause(clause) == ('FROM "suppliers" AS T1 JOIN "products" AS T2 ON T2."supplier_id" = T1."id" '
+                                      'JOIN "categories" AS T3 ON T2."category_id" = T3."id"')  # fmt: skip
+    decoded = []
+    for select in ("SELECT DISTINCT T3.name FROM", 'SELECT DISTINCT "categories"."name" FROM'):
+        ids = torch.tensor([tok.encode("<answer>\n" + select, add_special_tokens=False)])
+        proc = JoinSkeletonProcessor(tok, [clause], prompt_width=0)
+        while not proc._done[0]:
+            ids = torch.cat([ids, proc(ids, torch.zeros(1, len(tok))).argmax(-1, keepdim=True)], 1)
+        decoded.append(tok.decode(ids[0].tolist()).split("<answer>\n")[1] + " WHERE T1.company = 'Tokyo Traders'")
+    assert "AS T1" in decoded[0] and "AS T1" not in decoded[1]
+    conn = sqlite3.connect(tmp_path / "shop.sqlite")
+    gold = conn.execute(decoded[1].replace("T1.", '"suppliers".')).fetchall()
+    assert conn.execute(decoded[0]).fetchall() == gold == [("Beverages",)]
+
+
 def test_a_row_that_never_writes_from_is_left_alone() -> None:
     tok = AutoTokenizer.from_pretrained(resolve_generator(DEFAULT_GENERATOR))
     proc = JoinSkeletonProcessor(tok, ['FROM "a"', None], prompt_width=0)
