@@ -12,7 +12,8 @@ per line with ``question``, ``path`` and ``sql``), and writes it into the router
     python -m router.calibrate --router runs/nw/router_sft --data runs/nw/data \\
         --questions evaluation/dev_sets/northwind.jsonl
 
-Use questions that you will not evaluate on: the sample databases' development sets
+Run it last: ``router.train_ppo`` fits the temperature of the router it writes again on generated
+validation questions. Use questions that you will not evaluate on: the sample databases' development sets
 (``evaluation/dev_sets/``) serve for the built-in samples, never the ``human`` split. The
 method is temperature scaling (Guo et al., "On Calibration of Modern Neural Networks",
 ICML 2017); what was fitted, on how many questions, and the expected calibration error before and
