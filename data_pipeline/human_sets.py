@@ -56,7 +56,7 @@ def load_human_questions(
         Samples with split ``human`` and ``meta["human"] = True`` (plus the line's ``note``).
 
     Raises:
-        DataError: naming the file and line: not JSON, a missing or empty ``question`` / ``sql`` /
+        DataError: naming the file and line: not JSON, a missing, empty or not Unicode ``question`` / ``sql`` /
             ``path``, an unknown language, a route that is not legal, or a gold SQL that fails.
         QueryTimeout: naming the file and line: a gold SQL ran past ``timeout_s``.
     """
@@ -73,13 +73,17 @@ def load_human_questions(
             continue
         try:
             d = json.loads(line)
-        except ValueError as exc:
-            raise DataError(f"not a JSON object ({exc.__class__.__name__})", where=p, line=i) from exc
+        except (ValueError, RecursionError) as exc:  # RecursionError: arrays nested thousands deep
+            raise DataError(f"not a JSON object ({exc.__class__.__name__})", where=p, line=i) from None
         if not isinstance(d, dict):
             raise DataError("not a JSON object", where=p, line=i)
         for key in ("question", "sql"):
             if not isinstance(d.get(key), str) or not d[key].strip():
                 raise DataError(f"field {key!r} must be a non-empty string", where=p, line=i)
+            try:
+                d[key].encode("utf-8")
+            except UnicodeEncodeError:  # "\ud800" decodes to a lone surrogate
+                raise DataError(f"field {key!r} is not valid Unicode text (a lone surrogate)", where=p, line=i) from None
         if "path" not in d:
             raise DataError("record lacks field 'path'", where=p, line=i)
         language = d.get("language", "en")

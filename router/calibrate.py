@@ -23,7 +23,6 @@ after on those questions are recorded under ``calibration`` in ``config.json``.
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +32,14 @@ from core.cli import parse, run_main
 from core.errors import CheckpointError, ConfigError, DataError
 
 CONFIG_FILE = "config.json"
+
+MIN_QUESTIONS = 10
+"""Fewest questions a temperature is fitted on."""
+
+T_RANGE = (0.05, 20.0)
+"""The temperatures searched. A fit at the low end is refused (every question routed right, so the fit
+would make the router sure of everything); one at the high end is kept (a router that knows nothing
+about these questions gets nearly uniform probabilities)."""
 
 
 @dataclass(frozen=True)
@@ -72,15 +79,20 @@ def calibrate(router: Any, questions: Sequence[str], gold: Sequence[Any]) -> Cal
         The fit; ``router.checkpoint.temperature`` is left unchanged (see :func:`save_temperature`).
 
     Raises:
-        DataError: no questions, a gold route that is not a legal path of the router's schema
-            (``line`` = its 1-based position), or a question the router cannot read.
+        DataError: fewer than :data:`MIN_QUESTIONS` questions, ``questions`` and ``gold`` of
+            different lengths, a gold route that is not a legal path of the router's schema or a
+            question the router cannot read (``line`` = its 1-based position), or a fit that ran
+            to the low end of :data:`T_RANGE` (every question routed right: nothing to fit).
     """
     import torch
 
     from router.calibration import expected_calibration_error, fit_temperature
 
-    if not questions:
-        raise DataError("no questions to calibrate on", where="questions")
+    if isinstance(questions, str) or len(questions) != len(gold):
+        n = "a string" if isinstance(questions, str) else f"{len(questions)} questions"
+        raise DataError(f"{n} but {len(gold)} gold routes; give one route per question", where="questions")
+    if len(questions) < MIN_QUESTIONS:
+        raise DataError(f"{len(questions)} questions; a temperature needs at least {MIN_QUESTIONS}", where="questions")
     space = router.policy.space
     rows = [space.index(path, where="questions", line=i) for i, path in enumerate(gold, 1)]
     log_prob = torch.cat([d.log_prob for d in router.distributions(list(questions))]).double()
@@ -93,7 +105,11 @@ def calibrate(router: Any, questions: Sequence[str], gold: Sequence[Any]) -> Cal
         return nll, expected_calibration_error(lp.exp().max(-1).values, correct)
 
     before = router.temperature
-    fitted = fit_temperature(log_prob, target)
+    lo, hi = T_RANGE
+    fitted = fit_temperature(log_prob, target, lo, hi)
+    if fitted < lo * 1.01:  # only when every question is routed right: sure of everything, which no one should be
+        raise DataError(f"the temperature ran to the low end of its range ({fitted:.3g}): every question is routed "
+                        f"right; calibrate on more questions, harder ones", where="questions")  # fmt: skip
     nll_before, ece_before = stats(before)
     nll, ece = stats(fitted)
     return CalibrationResult(len(rows), float(correct.double().mean()), before, fitted, nll_before, nll, ece_before, ece)
@@ -104,7 +120,7 @@ def save_temperature(router_dir: str | Path, result: CalibrationResult, source: 
     record under ``calibration`` (``source`` names the questions). Returns the file's path.
 
     Raises:
-        CheckpointError: ``config.json`` is missing or not a JSON object.
+        CheckpointError: ``config.json`` is missing or not a JSON object, or cannot be written.
     """
     from core.io import write_json
 
@@ -119,7 +135,10 @@ def save_temperature(router_dir: str | Path, result: CalibrationResult, source: 
         raise CheckpointError("config.json is not a JSON object", where=path)
     doc["temperature"] = round(result.temperature, 4)
     doc["calibration"] = {"questions": source, "method": "temperature scaling"} | result.to_dict()
-    write_json(path, doc)
+    try:
+        write_json(path, doc)
+    except OSError as exc:
+        raise CheckpointError(f"cannot write config.json ({exc.strerror or exc.__class__.__name__})", where=path) from None
     return path
 
 
@@ -133,6 +152,8 @@ class CalibrateConfig:
     """Human-written questions with gold routes, one JSON object per line with question, path and sql (the format of the human sets). Do not use the questions you evaluate on."""
     data: Path | None = None
     """Data set folder of the router's database (its schema and value index); default: the router's own copy."""
+    retarget: bool = False
+    """Allow a data set of another schema than the router was trained on (its temperature is then fitted there)."""
     dry_run: bool = False
     """Print the fit without writing it."""
     threads: int = 0
@@ -158,15 +179,18 @@ def main(argv: Sequence[str] | None = None) -> CalibrationResult:
     cfg = parse(CalibrateConfig, argv, description=__doc__.split("\n\n")[0] if __doc__ else None)
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
-    router = Router.from_pretrained(cfg.router, cfg.data)
+    router = Router.from_pretrained(cfg.router, cfg.data, retarget=cfg.retarget)
     samples = load_human_questions(cfg.questions, router.graph)
-    result = calibrate(router, [s.question for s in samples], [s.path for s in samples])
+    try:
+        result = calibrate(router, [s.question for s in samples], [s.path for s in samples])
+    except DataError as exc:  # name the file, and the line a question's position stands for
+        lines = [i for i, text in enumerate(cfg.questions.read_text(encoding="utf-8").splitlines(), 1) if text.strip()]
+        line = lines[exc.line - 1] if exc.line is not None and exc.line <= len(lines) else None
+        raise DataError(exc.message, where=cfg.questions, line=line) from None
     print(f"{result.n} questions, routed right {result.accuracy:.1%}")
     print(f"temperature {result.temperature_before:.3f} -> {result.temperature:.3f}")
     print(f"negative log-likelihood of the gold routes {result.nll_before:.3f} -> {result.nll:.3f} nats")
     print(f"expected calibration error (10 bins) {result.ece_before:.3f} -> {result.ece:.3f} (on these questions)")
-    if not math.isfinite(result.temperature):
-        raise DataError("the fitted temperature is not finite", where=cfg.questions)
     if not cfg.dry_run:
         print(f"wrote {save_temperature(cfg.router, result, str(cfg.questions))}")
     return result

@@ -346,7 +346,7 @@ class RouterCheckpointConfig:
                 where=where,
             )
         extra = {k: v for k, v in d.items() if k not in _FIELDS}
-        return cls(model, schemas, multi, temperature if temperature > 0 and temperature == temperature else 1.0,
+        return cls(model, schemas, multi, temperature if 0 < temperature < math.inf else 1.0,
                    training, metrics, extra, links, base_encoder,
                    int(d["version"]))  # fmt: skip
 

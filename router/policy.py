@@ -181,12 +181,17 @@ class RouterPolicy(nn.Module):
         """Tokenize ``questions`` and compute their links to this schema's tables.
 
         Raises:
-            DataError: a question is empty (``where="question"``, ``line`` = its position) or
-                longer than ``max_question_tokens``.
+            DataError: a question is empty or not valid Unicode (``where="question"``, ``line`` =
+                its position) or longer than ``max_question_tokens``.
         """
         for i, q in enumerate(questions, 1):
             if not isinstance(q, str) or not q.strip():
                 raise DataError("question is empty", where="question", line=i)
+            try:
+                q.encode("utf-8")
+            except UnicodeEncodeError as exc:  # a lone surrogate ("\ud800" in JSON): the tokenizer would raise TypeError
+                raise DataError(f"question is not valid Unicode text (character {exc.start + 1} is a lone surrogate)",
+                                where="question", line=i) from None  # fmt: skip
         ids, mask, offsets = self.model.tokenize_questions(list(questions))
         links, mentions = self.space.question_features(list(questions), offsets, len(self.model.config.query_prefix))
         lower = self.model.encode_lower(ids, mask) if with_lower else None
