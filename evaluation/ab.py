@@ -106,7 +106,7 @@ class ABConfig:
     seed: int = 0
     """Seed for sample selection and generation."""
     progress: bool = True
-    """Show progress bars."""
+    """Show progress: a bar on a terminal, a line a minute with the rate and time left in a log file."""
 
     def __post_init__(self) -> None:
         if self.split not in SPLITS:

@@ -24,7 +24,6 @@ wall times are in the options below and docs/results/e2e.md.
 from __future__ import annotations
 
 import json
-import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -79,6 +78,8 @@ class DemoConfig:
     """Seed of every step."""
     threads: int = 0
     """Torch CPU threads (0: all cores)."""
+    progress: bool = True
+    """Show each step's progress: bars on a terminal, a line a minute with the rate and time left when the output goes to a file."""
 
     def __post_init__(self) -> None:
         if self.sft_epochs < 1:
@@ -110,7 +111,7 @@ def run_demo(cfg: DemoConfig) -> dict:
     data, sft, ppo = out / "data", out / "router_sft", out / "router_ppo"
     gen_sft, gen_grpo, final = out / "gen_sft", out / "gen_grpo", out / "generator"
     threads = ["--threads", str(cfg.threads)] if cfg.threads else []
-    quiet = [] if sys.stderr.isatty() else ["--no-progress"]  # progress bars (rate, ETA) on a terminal, none in a log file
+    quiet = [] if cfg.progress else ["--no-progress"]
     timings: dict[str, float] = {}
 
     def step(name: str, fn, argv: list[str]) -> None:  # noqa: ANN001 - each module's main(argv)
@@ -229,7 +230,9 @@ def summary_table(results: dict) -> str:
     on the generated test split and on the human-written questions, with what each row means."""
     lines = ["", "what each row means: route = the router's join path is exactly right; sql = the query's rows equal",
              "the gold query's (Spider's rule). base = the untrained model shown one example; sft = after the warm",
-             "start; grpo = after GRPO; routed = the PPO router's path (else SFT's); gold = the labelled path.", "",
+             "start; grpo = after GRPO; routed = the PPO router's path (else SFT's); gold = the labelled path.",
+             "n = questions scored: route rows score every question of the split, sql rows only the first",
+             "--generation-samples (test) and --human-samples (human) of them, as writing SQL on a CPU is slow.", "",
              f"{'':<22}{'test':>16}{'human':>16}"]  # fmt: skip
     splits = [s for s in ("test", "human") if s in results]
 

@@ -82,7 +82,7 @@ class GeneratorSFTConfig:
     threads: int | None = None
     """torch CPU threads; default: torch's choice."""
     progress: bool = True
-    """Show a progress bar."""
+    """Show progress: a bar on a terminal, a line a minute with the rate and time left in a log file."""
 
     def __post_init__(self) -> None:
         _positive(self.max_prompt_tokens, "--max-prompt-tokens")
@@ -203,7 +203,7 @@ class GRPOConfig:
     threads: int | None = None
     """torch CPU threads per process; default: torch's choice."""
     progress: bool = True
-    """Show a progress bar on the main process."""
+    """Show progress on the main process: a bar on a terminal, a line a minute with the rate and time left in a log file."""
 
     def __post_init__(self) -> None:
         _positive(self.max_prompt_tokens, "--max-prompt-tokens")
@@ -329,7 +329,7 @@ class GenerateConfig:
     threads: int | None = None
     """torch CPU threads; default: torch's choice."""
     progress: bool = True
-    """Show a progress bar."""
+    """Show progress: a bar on a terminal, a line a minute with the rate and time left in a log file."""
 
     def __post_init__(self) -> None:
         if self.split not in SPLIT_NAMES:

@@ -242,7 +242,7 @@ def generate_answers(
     Returns:
         One decoded answer per prompt, in the input order.
     """
-    from tqdm.auto import tqdm
+    from core.progress import progress_bar
 
     order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
     answers: list[str] = [""] * len(prompts)
@@ -250,7 +250,7 @@ def generate_answers(
     eos = _eos_ids(model, tokenizer)
     batches = [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
     with eval_mode(model):
-        for batch in tqdm(batches, desc="generate", disable=not progress, unit="batch"):
+        for batch in progress_bar(batches, desc="generate", enabled=progress, unit="batch"):
             width = max(len(prompts[i]) for i in batch)
             ids = torch.full((len(batch), width), pad, dtype=torch.long)
             attn = torch.zeros((len(batch), width), dtype=torch.long)

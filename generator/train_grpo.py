@@ -51,7 +51,6 @@ import numpy as np
 import torch
 from accelerate import Accelerator
 from accelerate.utils import broadcast_object_list, gather_object
-from tqdm.auto import tqdm
 from transformers import PreTrainedTokenizerBase, get_cosine_schedule_with_warmup
 
 from core.cli import parse, run_main
@@ -59,6 +58,7 @@ from core.dataset import BuiltDataset, load_dataset
 from core.errors import CheckpointError, DataError, Route2SQLError
 from core.graph import JoinPath
 from core.io import atomic_directory, atomic_write_bytes, ensure_writable_dir, read_jsonl, write_json, write_jsonl
+from core.progress import progress_bar
 from core.samples import Sample
 from generator.config import GRPOConfig, config_to_dict
 from generator.folders import load_policy, prompt_settings_for, write_generator
@@ -710,7 +710,7 @@ def train(cfg: GRPOConfig) -> GRPOResult:
 
     # ---- the loop
     model.train()
-    bar = tqdm(range(start_step, cfg.max_steps), desc="grpo", disable=not (cfg.progress and accelerator.is_main_process),
+    bar = progress_bar(range(start_step, cfg.max_steps), desc="grpo", enabled=cfg.progress and accelerator.is_main_process,
                initial=start_step, total=cfg.max_steps, unit="step")  # fmt: skip
     for step in bar:
         t_step = time.perf_counter()

@@ -23,13 +23,13 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from tqdm.auto import tqdm
 from transformers import PreTrainedTokenizerBase, get_cosine_schedule_with_warmup
 
 from core.cli import parse, run_main
 from core.dataset import BuiltDataset, load_dataset
 from core.errors import DataError
 from core.io import ensure_writable_dir
+from core.progress import progress_bar
 from core.samples import Sample
 from generator.config import GeneratorSFTConfig, config_to_dict
 from generator.folders import load_policy, save_generator
@@ -180,7 +180,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     model.train()
     t0 = time.perf_counter()
-    bar = tqdm(range(total_steps), desc="sft", disable=not cfg.progress, unit="step")
+    bar = progress_bar(range(total_steps), desc="generator SFT", enabled=cfg.progress, unit="step")
     for step in bar:
         batch = []
         while len(batch) < cfg.batch_size:

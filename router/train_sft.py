@@ -136,7 +136,7 @@ class SFTConfig:
     tensorboard: bool = True
     """Write TensorBoard events."""
     progress: bool = True
-    """Show a progress bar."""
+    """Show progress: a bar on a terminal, a line a minute with the rate and time left in a log file."""
     eval_splits: tuple[str, ...] = ("validation", "test", "test_heldout", "human")
     """Splits evaluated with the final model (those present in the data); human-written questions are evaluated, never trained on."""
     reward: RewardConfig = field(default_factory=RewardConfig)
@@ -480,7 +480,7 @@ def train(cfg: SFTConfig) -> SFTResult:
         DataError: a data set is missing or malformed, or has no training or validation samples.
         ConfigError, CheckpointError, DownloadError: bad options, ``--init`` or encoder.
     """
-    from tqdm.auto import tqdm
+    from core.progress import progress_bar
 
     t0, c0 = time.perf_counter(), time.process_time()
     if cfg.threads > 0:
@@ -533,8 +533,8 @@ def train(cfg: SFTConfig) -> SFTResult:
         if writer is not None:
             writer.close()
             writer = SummaryWriter(str(log_dir / "tensorboard"), purge_step=start_epoch)
-    bar = tqdm(total=total_steps, desc="router SFT", disable=not cfg.progress, file=sys.stderr, dynamic_ncols=True,
-               initial=steps_per_epoch * (start_epoch - 1))  # fmt: skip
+    bar = progress_bar(total=total_steps, desc="router SFT", enabled=cfg.progress,
+                       initial=steps_per_epoch * (start_epoch - 1))  # fmt: skip
     try:
         for epoch in range(start_epoch, cfg.epochs + 1):
             if stopped:

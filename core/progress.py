@@ -1,0 +1,61 @@
+"""Progress for long work: a tqdm bar on a terminal, one plain line a minute in a log file.
+
+A tqdm bar redrawn in place is what a person at a terminal wants; written to a file or a pipe it
+becomes one long line of carriage returns that no one can follow. :func:`progress_bar` keeps
+tqdm (its rate and ETA) in both cases and only changes how often and how it writes: on a
+terminal as usual, elsewhere at most once every ``LOG_INTERVAL_S`` seconds, each update on its
+own line.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterable
+from typing import Any, TextIO
+
+from tqdm.auto import tqdm
+
+LOG_INTERVAL_S = 60.0
+"""Seconds between two progress lines when the output is not a terminal."""
+
+
+class _Lines:
+    """A file-like object that turns tqdm's in-place redraws into whole lines on ``stream``."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self.stream = stream
+
+    def write(self, text: str) -> int:
+        line = text.replace("\r", "").strip()
+        if line:
+            self.stream.write(line + "\n")
+            self.stream.flush()
+        return len(text)
+
+    def flush(self) -> None:
+        self.stream.flush()
+
+
+def progress_bar(iterable: Iterable[Any] | None = None, *, enabled: bool = True, stream: TextIO | None = None,
+                 **kwargs: Any) -> tqdm:  # fmt: skip
+    """A tqdm bar over ``iterable`` (or with ``total=``) that suits where it is written.
+
+    Args:
+        iterable: what to iterate over, or None and ``total=`` with :meth:`tqdm.update`.
+        enabled: False shows nothing (``--no-progress``).
+        stream: where to write (default ``sys.stderr``). When it is not a terminal, the bar is
+            written as one line with the rate and ETA at most every :data:`LOG_INTERVAL_S`
+            seconds, and once at the end.
+        **kwargs: passed to tqdm (``desc``, ``total``, ``unit``, ``initial``, ...).
+
+    Returns:
+        the tqdm object (``update``, ``set_postfix``, ``close`` as usual).
+    """
+    stream = stream if stream is not None else sys.stderr
+    if not enabled:
+        return tqdm(iterable, disable=True, **kwargs)
+    isatty = getattr(stream, "isatty", None)
+    if isatty is not None and isatty():
+        return tqdm(iterable, file=stream, **kwargs)
+    return tqdm(iterable, file=_Lines(stream), mininterval=LOG_INTERVAL_S, maxinterval=LOG_INTERVAL_S, ncols=100,
+                ascii=True, dynamic_ncols=False, **kwargs)  # fmt: skip
