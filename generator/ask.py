@@ -60,7 +60,8 @@ class Answer:
         path: the routed join path (None when routing failed: see ``error``).
         confidence: the router's calibrated confidence in ``path``, in ``[0, 1]``.
         uncertain: ``confidence`` is below the router's threshold.
-        alternatives: the next most probable paths with their probabilities.
+        alternatives: the next most probable paths with their calibrated confidence (the same
+            scale as ``confidence``).
         values: the database values the question names (table, column, value, score, ...).
         sql: the generated query (None when the generator wrote none).
         columns: result column names (None unless the query ran).
@@ -87,7 +88,7 @@ class Answer:
             "path": None if self.path is None else self.path.to_dict(),
             "confidence": round(self.confidence, 4),
             "uncertain": self.uncertain,
-            "alternatives": [{"path": p.to_dict(), "prob": round(q, 4)} for p, q in self.alternatives],
+            "alternatives": [{"path": p.to_dict(), "confidence": round(q, 4)} for p, q in self.alternatives],
             "values": self.values,
             "sql": self.sql,
             "columns": self.columns,
@@ -207,7 +208,7 @@ class AskPipeline:
         for i, r in zip(routable, routes, strict=True):
             a = answers[i]
             a.path, a.confidence, a.uncertain = r.path, r.confidence, r.uncertain
-            a.alternatives = [(p, q) for p, q in r.top_k[1:]]
+            a.alternatives = [(p, c) for (p, _), c in zip(r.top_k[1:], r.top_k_confidence[1:], strict=True)]
             a.values = list(r.values)
             linked = values.lookup(questions[i]) if values is not None and self.prompt.value_linking else []
             messages = build_prompt(questions[i], r.path, self.router.schema, self.router.graph, [], k=0,
@@ -312,7 +313,7 @@ def _print(answer: Answer) -> None:
         print(f"route: {answer.path}  confidence {answer.confidence:.2f}{flag}")
         if answer.uncertain and answer.alternatives:
             for p, q in answer.alternatives:
-                print(f"   or: {p}  ({q:.2f})")
+                print(f"   or: {p}  confidence {q:.2f}")
     if answer.values:
         print("values: " + "; ".join(f"{v['table']}.{v['column']} = {v['value']!r}" for v in answer.values[:3]))
     print(f"SQL: {answer.sql}")

@@ -191,6 +191,9 @@ def main(argv: Sequence[str] | None = None) -> CalibrationResult:
     print(f"temperature {result.temperature_before:.3f} -> {result.temperature:.3f}")
     print(f"negative log-likelihood of the gold routes {result.nll_before:.3f} -> {result.nll:.3f} nats")
     print(f"expected calibration error (10 bins) {result.ece_before:.3f} -> {result.ece:.3f} (on these questions)")
+    if result.ece > result.ece_before and result.nll < result.nll_before:
+        print(f"  the fit minimises the negative log-likelihood, not the ECE; with {result.n} questions in 10 bins the ECE is"
+              " noisy, so judge the temperature by its ECE on other questions (python -m router.evaluate --splits human)")
     if not cfg.dry_run:
         print(f"wrote {save_temperature(cfg.router, result, str(cfg.questions))}")
     return result

@@ -72,6 +72,9 @@ class RoutedPath:
         confidence: the calibrated probability that ``path`` is the right route (``prob`` after
             the checkpoint's temperature, fitted on held-out questions; :mod:`router.calibration`).
         uncertain: ``confidence`` is below the router's threshold: look at ``top_k`` too.
+        top_k_confidence: the calibrated confidence of each path in ``top_k``, same order
+            (``top_k_confidence[0] == confidence``); on the same scale as ``confidence``, unlike
+            ``top_k``'s raw probabilities.
         values: the database values the question mentions (value linking), best first, as
             ``{table, column, value, score, start, end, exact}``.
     """
@@ -87,6 +90,7 @@ class RoutedPath:
     confidence: float = 1.0
     uncertain: bool = False
     values: tuple[dict[str, Any], ...] = field(default=())
+    top_k_confidence: tuple[float, ...] = field(default=())
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -97,7 +101,8 @@ class RoutedPath:
             "via_prob": self.via_prob,
             "target_prob": self.target_prob,
             "skeleton": self.skeleton,
-            "top_k": [{"path": p.to_dict(), "prob": q} for p, q in self.top_k],
+            "top_k": [{"path": p.to_dict(), "prob": q, "confidence": c}
+                      for (p, q), c in zip(self.top_k, self.top_k_confidence or [q for _, q in self.top_k], strict=True)],
             "confidence": self.confidence,
             "uncertain": self.uncertain,
             "values": list(self.values),
@@ -326,6 +331,7 @@ class Router:
                         confidence=float(calibrated[row, best]),
                         uncertain=float(calibrated[row, best]) < self.min_confidence,
                         values=tuple(m.to_dict() for m in values.lookup(questions[qi])[:5]) if values is not None else (),
+                        top_k_confidence=tuple(float(calibrated[row, int(i)]) for i in top_i[row]),
                     )
                 )
                 qi += 1
@@ -431,7 +437,7 @@ class RouteConfig:
                 raise ConfigError(f"question {i} is not UTF-8 text (character {exc.start + 1})", where="questions") from exc
 
 
-def _print_routes(routes: Sequence[RoutedPath], graph: SchemaGraph) -> None:
+def _print_routes(routes: Sequence[RoutedPath], graph: SchemaGraph, calibrated: bool = False) -> None:
     from rich.console import Console
     from rich.markup import escape
     from rich.table import Table as RichTable
@@ -439,18 +445,23 @@ def _print_routes(routes: Sequence[RoutedPath], graph: SchemaGraph) -> None:
     console = Console()
     for r in routes:
         table = RichTable(title=r.question, title_justify="left", show_lines=False)
-        for col in ("#", "anchor", "via", "target", "p(path)"):
-            table.add_column(col, justify="right" if col in ("#", "p(path)") else "left")
+        # one scale per column: the calibrated confidence when the router was calibrated, else p(path)
+        last = "confidence" if calibrated else "p(path)"
+        for col in ("#", "anchor", "via", "target", last):
+            table.add_column(col, justify="right" if col in ("#", last) else "left")
         via = r.path.via_key
+        shown = r.top_k_confidence if calibrated and r.top_k_confidence else tuple(q for _, q in r.top_k)
         table.add_row("1", f"{r.path.anchor} ({r.anchor_prob:.2f})", f"{via} ({r.via_prob:.2f})",
-                      f"{r.path.target} ({r.target_prob:.2f})", f"{r.prob:.3f}")  # fmt: skip
-        for i, (p, q) in enumerate(r.top_k[1:], 2):
-            table.add_row(str(i), p.anchor, p.via_key, p.target, f"{q:.3f}")
+                      f"{r.path.target} ({r.target_prob:.2f})", f"{shown[0]:.3f}")  # fmt: skip
+        for i, ((p, _), c) in enumerate(zip(r.top_k[1:], shown[1:], strict=True), 2):
+            table.add_row(str(i), p.anchor, p.via_key, p.target, f"{c:.3f}")
         console.print(table)
+        note = (f"p(path) {r.prob:.3f} recalibrated on questions people wrote; the head probabilities in brackets are not"
+                if calibrated else "this router was not calibrated: confidence is p(path)")
         if r.uncertain:
-            console.print(f"[bold yellow]uncertain:[/bold yellow] confidence {r.confidence:.2f} (calibrated; p(path) above is the raw model probability); check the alternatives above")
+            console.print(f"[bold yellow]uncertain:[/bold yellow] confidence {r.confidence:.2f} is below the threshold; check the alternatives ({note})")
         else:
-            console.print(f"confidence {r.confidence:.2f} (calibrated; p(path) above is the raw model probability)")
+            console.print(f"confidence {r.confidence:.2f} ({note})")
         if r.values:
             linked = ", ".join(f"{v['table']}.{v['column']} = {v['value']!r} ({v['score']:.2f})" for v in r.values[:3])
             console.print(f"[bold]values:[/bold] {escape(linked)}")
@@ -488,7 +499,7 @@ def main(args: Sequence[str] | None = None) -> list[RoutedPath]:
     router.min_confidence = cfg.min_confidence
     if cfg.file is None:
         routes = _for_backend(cfg, router, router.route_batch(list(cfg.questions), top_k=cfg.top_k, batch_size=cfg.batch_size))
-        _print_routes(routes, router.graph)
+        _print_routes(routes, router.graph, calibrated=router.temperature != 1.0)
         return routes
     records = read_jsonl(cfg.file)
     questions, golds = [], []
@@ -521,7 +532,7 @@ def main(args: Sequence[str] | None = None) -> list[RoutedPath]:
             msg += f", full-path accuracy {sum(scored) / len(scored):.3f} on {len(scored)} labelled"
         print(msg + ")")
     else:
-        _print_routes(routes, router.graph)
+        _print_routes(routes, router.graph, calibrated=router.temperature != 1.0)
     return routes
 
 

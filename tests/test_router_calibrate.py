@@ -88,6 +88,12 @@ def test_the_command_writes_the_temperature_and_the_router_reports_with_it(tiny_
     lp = again.distributions([QUESTIONS[0][0]])[0].log_prob[0]
     assert r.confidence == pytest.approx(float(torch.softmax(lp / again.temperature, -1).max()), abs=1e-6)
     assert "temperature 1.000 ->" in capsys.readouterr().out
+    # the alternatives are on the confidence's scale, not the raw probability's
+    calibrated = torch.softmax(lp / again.temperature, -1)
+    k = len(r.top_k)
+    assert r.top_k_confidence == pytest.approx([float(c) for c in calibrated.topk(k).values], abs=1e-6)
+    assert r.top_k_confidence[0] == r.confidence and r.top_k[0][1] == pytest.approx(float(lp.exp().max()), abs=1e-6)
+    assert r.to_dict()["top_k"][1]["confidence"] == r.top_k_confidence[1]
 
 
 def test_an_illegal_gold_route_is_one_line_naming_the_file_and_line(tiny_db: Path, tmp_path: Path,
