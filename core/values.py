@@ -22,7 +22,9 @@ original question.
 
 What is indexed: text columns that are not foreign keys (a referencing column's values belong
 to the referenced table), not dates, not longer than ``max_value_chars`` on average; at most
-``max_values_per_column`` distinct values each (a capped column is reported).
+``max_values_per_column`` distinct values each (a capped column is reported). In a column of
+countries, each value is also found by its other names in English and Chinese
+(:mod:`core.value_aliases`, from the ISO 3166 database), and the match gives the stored value.
 
 >>> idx = ValueIndex.from_values({("Products", "ProductName"): ["Tunnbröd", "Mishi Kobe Niku", "Chai"],
 ...                               ("Customers", "CompanyName"): ["Around the Horn", "Wartian Herkku"],
@@ -37,6 +39,8 @@ to the referenced table), not dates, not longer than ``max_value_chars`` on aver
 ([], ['UK'])
 >>> [(m.value, round(m.score, 2)) for m in idx.lookup("who handled orders for wartian herku")]
 [('Wartian Herkku', 0.95)]
+>>> [(m.value, m.surface) for m in idx.lookup("德国的客户有哪些？")], [m.value for m in idx.lookup("customers in Britain")]
+([('Germany', '德国')], ['UK'])
 """
 
 from __future__ import annotations
@@ -54,6 +58,7 @@ from typing import TYPE_CHECKING, Any
 
 from core.errors import ConfigError, DataError
 from core.io import write_json
+from core.value_aliases import country_aliases, country_code
 
 if TYPE_CHECKING:
     from core.schema import Schema
@@ -98,6 +103,8 @@ class ValueIndexConfig:
     """Smallest rapidfuzz ratio (0-100) for a question word to count as a typo of an indexed word."""
     max_matches: int = 10
     """Most matches one lookup returns (best first)."""
+    country_aliases: bool = True
+    """In a column of countries, find each value by its other English and Chinese names too ("德国" for Germany)."""
 
     def __post_init__(self) -> None:
         if self.max_values_per_column < 1:
@@ -211,6 +218,14 @@ def _is_latin(unit: str) -> bool:
     return unit.isascii()
 
 
+def _is_country_column(values: Sequence[str]) -> bool:
+    """At least two values and half of them name countries (``Customers.Country``; not a column
+    of people among whom one is called Jordan)."""
+    if len(values) < 2:
+        return False
+    return sum(country_code(v) is not None for v in values) >= 0.5 * len(values)
+
+
 @dataclass
 class _Entry:
     table: str
@@ -246,22 +261,25 @@ class ValueIndex:
         self._codes: dict[str, list[int]] = defaultdict(list)  # "UK", "OR": matched case-sensitively as whole words
         postings: dict[str, list[int]] = defaultdict(list)
         for col in self.columns:
+            aliased = self.config.country_aliases and _is_country_column(col.values)
             for value in col.values:
-                norm, _ = normalize(value)
-                us = tuple(dict.fromkeys(u for u, _, _ in units(norm)))
-                if not us:
-                    continue
-                short = len(norm.strip()) <= 3 and norm.strip().isascii()
-                eid = len(self._entries)
-                if short and _CODE.fullmatch(value.strip()):
+                # a country is also found by its other names ("德国", "United States"), as the stored value
+                for surface in (value, *(country_aliases(value) if aliased else ())):
+                    norm, _ = normalize(surface)
+                    us = tuple(dict.fromkeys(u for u, _, _ in units(norm)))
+                    if not us:
+                        continue
+                    short = len(norm.strip()) <= 3 and norm.strip().isascii()
+                    eid = len(self._entries)
+                    if short and _CODE.fullmatch(surface.strip()):
+                        self._entries.append(_Entry(col.table, col.column, value, norm, us, short))
+                        self._codes[surface.strip()].append(eid)
+                        continue
+                    if len(us) == 1 and us[0] in STOP_WORDS:
+                        continue
                     self._entries.append(_Entry(col.table, col.column, value, norm, us, short))
-                    self._codes[value.strip()].append(eid)
-                    continue
-                if len(us) == 1 and us[0] in STOP_WORDS:
-                    continue
-                self._entries.append(_Entry(col.table, col.column, value, norm, us, short))
-                for u in us:
-                    postings[u].append(eid)
+                    for u in us:
+                        postings[u].append(eid)
         self._postings = dict(postings)
         n = max(len(self._entries), 1)
         self._idf = {u: math.log(1.0 + n / len(ids)) for u, ids in postings.items()}
@@ -448,7 +466,10 @@ class ValueIndex:
                 continue
             matches.append(ValueMatch(e.table, e.column, e.value, min(score, 1.0), start, end, exact and score >= 0.999, question))
         matches.sort(key=lambda m: (-m.score, -(m.end - m.start), m.table, m.column, m.value))
-        return matches[: self.config.max_matches]
+        best: dict[tuple[str, str, str], ValueMatch] = {}  # a value found by several of its names counts once
+        for m in matches:
+            best.setdefault((m.table, m.column, m.value), m)
+        return list(best.values())[: self.config.max_matches]
 
     def table_scores(self, question: str, tables: Sequence[str]) -> list[tuple[float, float]]:
         """Per table of ``tables``: ``(best score, best score shared out)`` of the values it holds

@@ -40,6 +40,9 @@ CASES = [
     ("Who lives in the big cheese?", ("Customers", "The Big Cheese"), "stop words count, content words decide"),
     ("customers in the UK", ("Customers", "UK"), "a two-letter code in its own case"),
     ("customers in the uk", None, "a two-letter code typed lower case is a word, not the code"),
+    ("德国的客户有哪些？", ("Customers", "Germany"), "a country by its Chinese name gives the stored value"),
+    ("英國的客戶", ("Customers", "UK"), "a country by its Traditional Chinese name, stored as a code"),
+    ("customers in Great Britain", ("Customers", "UK"), "a country by another English name"),
     ("orders from OR", ("Customers", "OR"), "the region OR"),
     ("red or white wine", None, "the word 'or' is not the region OR"),
     ("What is the rock genre?", None, "'rock' alone does not mention the title 'Rock Me'"),
@@ -57,6 +60,16 @@ def test_lookup_table(question: str, expected: tuple[str, str] | None, why: str)
     else:
         assert (matches[0].table, matches[0].value) == expected, why
         assert 0 < matches[0].score <= 1
+
+
+def test_country_names_in_other_languages_only_for_columns_of_countries() -> None:
+    idx = ValueIndex.from_values({("gys", "gj"): ["德国", "法国", "美国"], ("people", "first_name"): ["Jordan", "Ann", "Bo"],
+                                  ("c", "country"): ["Canada", "USA"]})  # fmt: skip
+    assert [(m.table, m.value) for m in idx.lookup("suppliers in Germany")] == [("gys", "德国")]
+    found = [(m.table, m.value, m.surface) for m in idx.lookup("orders shipped to the United States")]
+    assert found == [("c", "USA", "United States"), ("gys", "美国", "United States")]  # once each, by the best name
+    assert idx.lookup("谁来自约旦？") == []  # Jordan is a first name here, not a country
+    assert idx.lookup("can you list them") == []  # a country code is never an alias ("CAN")
 
 
 def test_span_points_at_the_mention() -> None:

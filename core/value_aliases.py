@@ -1,0 +1,90 @@
+"""Names of well-known values in other languages, so a question can link a value it translates.
+
+A Chinese analyst asks "德国的客户有哪些？" of a database that stores ``Germany``; an English
+one asks about "the United States" of one that stores ``USA``. Value linking by spelling finds
+neither. Countries are the values business databases share most, and their names in many
+languages are kept by the ISO 3166 database that ``pycountry`` ships (with Debian's iso-codes
+translations), so this module reads them from there rather than from a hand-made list.
+
+:func:`country_aliases` gives, for a stored value that is a country (its English name, common
+or official name, or ISO alpha-3 code, or one of :data:`EXTRA_NAMES`), the other names a question
+may use for it: English names and Simplified and Traditional Chinese names. Codes are
+recognised as stored values but never offered as aliases ("CAN" is not a way to say Canada in a
+question).
+"""
+
+from __future__ import annotations
+
+import functools
+import gettext
+
+EXTRA_NAMES: dict[str, tuple[str, ...]] = {
+    "GB": ("UK", "Britain", "Great Britain"),
+    "US": ("US", "America"),
+    "KR": ("South Korea", "韩国"),
+    "KP": ("North Korea", "朝鲜"),
+    "RU": ("Russia",),
+    "TW": ("Taiwan",),
+    "CZ": ("Czech Republic",),
+}
+"""Names people and databases use that the ISO names leave out (ISO alpha-2 code -> names)."""
+
+CHINESE_LOCALES = ("zh_CN", "zh_TW")
+"""Translations of the ISO names offered as aliases."""
+
+
+@functools.cache
+def _country_names() -> tuple[dict[str, str], dict[str, tuple[str, ...]]]:
+    """``(recognised, aliases)``: folded stored form -> alpha-2 code, and alpha-2 code -> names
+    a question may use (English and Chinese, codes left out)."""
+    import pycountry
+
+    translations = [gettext.translation("iso3166-1", pycountry.LOCALES_DIR, languages=[loc], fallback=True)
+                    for loc in CHINESE_LOCALES]  # fmt: skip
+    recognised: dict[str, str] = {}
+    aliases: dict[str, tuple[str, ...]] = {}
+    for c in pycountry.countries:
+        english = [getattr(c, attr) for attr in ("name", "common_name", "official_name") if getattr(c, attr, None)]
+        extra = EXTRA_NAMES.get(c.alpha_2, ())
+        names: dict[str, None] = {}
+        for n in (*english, *extra):
+            names[n] = None
+        for tr in translations:
+            for n in english:
+                t = tr.gettext(n)
+                if t != n:
+                    names[t] = None
+        for stored in (*names, c.alpha_3):
+            recognised.setdefault(stored.casefold(), c.alpha_2)
+        aliases[c.alpha_2] = tuple(n for n in names if not (n.isascii() and len(n) <= 3 and n.isupper()) or n in extra)
+    return recognised, aliases
+
+
+def country_code(value: str) -> str | None:
+    """The ISO alpha-2 code of the country ``value`` names, else None.
+
+    >>> country_code("Germany"), country_code("USA"), country_code("UK"), country_code("德国"), country_code("Chai")
+    ('DE', 'US', 'GB', 'DE', None)
+    """
+    recognised, _ = _country_names()
+    return recognised.get(value.strip().casefold())
+
+
+def country_aliases(value: str) -> tuple[str, ...]:
+    """Other names of the country ``value`` names (English, Simplified and Traditional Chinese),
+    without ``value`` itself; empty when ``value`` is no country.
+
+    >>> aliases = country_aliases("Germany")
+    >>> "德国" in aliases, "德國" in aliases, "Federal Republic of Germany" in aliases, "Germany" in aliases
+    (True, True, True, False)
+    >>> "美国" in country_aliases("USA"), "United States" in country_aliases("USA")
+    (True, True)
+    >>> country_aliases("Chai")
+    ()
+    """
+    code = country_code(value)
+    if code is None:
+        return ()
+    _, aliases = _country_names()
+    own = value.strip().casefold()
+    return tuple(a for a in aliases[code] if a.casefold() != own)
