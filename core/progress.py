@@ -36,6 +36,17 @@ class _Lines:
         self.stream.flush()
 
 
+class _LogBar(tqdm):
+    """A tqdm bar whose postfix and description changes wait for the next timed line (a
+    terminal bar redraws on each; a log file would get a line per step)."""
+
+    def set_postfix(self, ordered_dict: Any = None, refresh: bool = True, **kwargs: Any) -> None:  # noqa: ARG002
+        super().set_postfix(ordered_dict, refresh=False, **kwargs)
+
+    def set_description(self, desc: str | None = None, refresh: bool = True) -> None:  # noqa: ARG002
+        super().set_description(desc, refresh=False)
+
+
 def progress_bar(iterable: Iterable[Any] | None = None, *, enabled: bool = True, stream: TextIO | None = None,
                  **kwargs: Any) -> tqdm:  # fmt: skip
     """A tqdm bar over ``iterable`` (or with ``total=``) that suits where it is written.
@@ -57,5 +68,5 @@ def progress_bar(iterable: Iterable[Any] | None = None, *, enabled: bool = True,
     isatty = getattr(stream, "isatty", None)
     if isatty is not None and isatty():
         return tqdm(iterable, file=stream, **kwargs)
-    return tqdm(iterable, file=_Lines(stream), mininterval=LOG_INTERVAL_S, maxinterval=LOG_INTERVAL_S, ncols=100,
-                ascii=True, dynamic_ncols=False, **kwargs)  # fmt: skip
+    return _LogBar(iterable, file=_Lines(stream), mininterval=LOG_INTERVAL_S, maxinterval=LOG_INTERVAL_S, ncols=100,
+                   ascii=True, dynamic_ncols=False, **kwargs)  # fmt: skip

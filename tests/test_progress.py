@@ -28,8 +28,11 @@ def test_log_file_gets_whole_lines_with_rate_and_eta(monkeypatch) -> None:
 
 def test_log_file_waits_a_minute_between_lines() -> None:
     log = io.StringIO()
-    for _ in progress_bar(range(500), desc="fast", stream=log):
-        pass
+    bar = progress_bar(range(500), desc="fast", stream=log)
+    for i in bar:
+        bar.set_postfix(loss=f"{1 / (i + 1):.3f}")  # the training loops do this every step
+        bar.set_description("fast")
+    bar.close()
     lines = log.getvalue().splitlines()
     assert len(lines) == 2  # the start and the end, nothing in between within a minute
     assert lines[0].startswith("fast:   0%") and lines[1].startswith("fast: 100%")
