@@ -20,7 +20,7 @@ import gettext
 
 EXTRA_NAMES: dict[str, tuple[str, ...]] = {
     "GB": ("UK", "Britain", "Great Britain"),
-    "US": ("US", "America"),
+    "US": ("US",),  # not "America": "North America" is a region
     "KR": ("South Korea", "韩国"),
     "KP": ("North Korea", "朝鲜"),
     "RU": ("Russia",),

@@ -234,6 +234,7 @@ class _Entry:
     norm: str
     units: tuple[str, ...]
     short: bool  # short Latin value (<= 3 characters): matched only as a whole; an upper-case code only in its case
+    alias: bool = False  # another name of the value (a country's): matched only whole and exactly
 
 
 class ValueIndex:
@@ -260,11 +261,14 @@ class ValueIndex:
         self._entries: list[_Entry] = []
         self._codes: dict[str, list[int]] = defaultdict(list)  # "UK", "OR": matched case-sensitively as whole words
         postings: dict[str, list[int]] = defaultdict(list)
+        # IDF counts stored values only, so a country's other names leave every other score as it was
+        n_stored = 0
+        stored_df: dict[str, int] = defaultdict(int)
         for col in self.columns:
             aliased = self.config.country_aliases and _is_country_column(col.values)
             for value in col.values:
                 # a country is also found by its other names ("德国", "United States"), as the stored value
-                for surface in (value, *(country_aliases(value) if aliased else ())):
+                for k, surface in enumerate((value, *(country_aliases(value) if aliased else ()))):
                     norm, _ = normalize(surface)
                     us = tuple(dict.fromkeys(u for u, _, _ in units(norm)))
                     if not us:
@@ -272,17 +276,21 @@ class ValueIndex:
                     short = len(norm.strip()) <= 3 and norm.strip().isascii()
                     eid = len(self._entries)
                     if short and _CODE.fullmatch(surface.strip()):
-                        self._entries.append(_Entry(col.table, col.column, value, norm, us, short))
+                        self._entries.append(_Entry(col.table, col.column, value, norm, us, short, k > 0))
                         self._codes[surface.strip()].append(eid)
+                        n_stored += k == 0
                         continue
                     if len(us) == 1 and us[0] in STOP_WORDS:
                         continue
-                    self._entries.append(_Entry(col.table, col.column, value, norm, us, short))
+                    self._entries.append(_Entry(col.table, col.column, value, norm, us, short, k > 0))
+                    n_stored += k == 0
                     for u in us:
                         postings[u].append(eid)
+                        stored_df[u] += k == 0
         self._postings = dict(postings)
-        n = max(len(self._entries), 1)
-        self._idf = {u: math.log(1.0 + n / len(ids)) for u, ids in postings.items()}
+        self._stored_df = dict(stored_df)
+        n = max(n_stored, 1)
+        self._idf = {u: math.log(1.0 + n / (stored_df[u] or len(ids))) for u, ids in postings.items()}
         self._weights = [self._value_weights(e) for e in self._entries]
         by_len: dict[int, list[str]] = defaultdict(list)
         for u in self._postings:
@@ -451,7 +459,7 @@ class ValueIndex:
                 content = content or u not in STOP_WORDS
                 # a long word that only one or two values hold names the value ("Rogede" for "Rogede sild")
                 rare = rare or (
-                    len(u) >= 5 and len(self._postings.get(u, ())) <= 2 and u not in STOP_WORDS and u not in self.schema_words
+                    len(u) >= 5 and self._stored_df.get(u, 0) <= 2 and u not in STOP_WORDS and u not in self.schema_words
                 )
             if not content or total <= 0:
                 continue
@@ -463,6 +471,8 @@ class ValueIndex:
                 continue
             start, end = where[q_units[lo][1]], where[q_units[hi][2] - 1] + 1
             if e.short and (not exact or len(e.units) != 1):
+                continue
+            if e.alias and not (exact and score >= 0.999):  # "United" is no mention of the United Kingdom
                 continue
             matches.append(ValueMatch(e.table, e.column, e.value, min(score, 1.0), start, end, exact and score >= 0.999, question))
         matches.sort(key=lambda m: (-m.score, -(m.end - m.start), m.table, m.column, m.value))

@@ -72,6 +72,17 @@ def test_country_names_in_other_languages_only_for_columns_of_countries() -> Non
     assert idx.lookup("can you list them") == []  # a country code is never an alias ("CAN")
 
 
+def test_other_names_of_countries_leave_every_other_match_as_it_was() -> None:
+    values = {("Shippers", "CompanyName"): ["United Package", "Federal Shipping", "Speedy Express"],
+              ("Customers", "Region"): ["North America", "Central America"], ("Customers", "Country"): ["UK", "USA", "Germany"]}
+    on, off = ValueIndex.from_values(values), ValueIndex.from_values(values, ValueIndexConfig(country_aliases=False))
+    for q in ("Which phone does United have?", "orders shipped by Federal", "customers in North America", "customers in Germany"):
+        assert on.lookup(q) == off.lookup(q), q  # IDF and the rare-word rule count stored values only
+    assert on.lookup("Which phone does United have?")[0].value == "United Package"
+    assert [m.value for m in on.lookup("customers in the United")] == ["United Package"]  # not the United Kingdom
+    assert [m.value for m in on.lookup("美国的客户")] == ["USA"] and off.lookup("美国的客户") == []
+
+
 def test_span_points_at_the_mention() -> None:
     q = "谁处理了 Wartian Herkku 的订单？"
     m = INDEX.lookup(q)[0]
