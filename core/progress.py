@@ -24,12 +24,14 @@ class _Lines:
 
     def __init__(self, stream: TextIO) -> None:
         self.stream = stream
+        self.last = ""
 
     def write(self, text: str) -> int:
         line = text.replace("\r", "").strip()
-        if line:
+        if line and line != self.last:  # closing a finished bar redraws its last line
             self.stream.write(line + "\n")
             self.stream.flush()
+            self.last = line
         return len(text)
 
     def flush(self) -> None:
@@ -68,5 +70,7 @@ def progress_bar(iterable: Iterable[Any] | None = None, *, enabled: bool = True,
     isatty = getattr(stream, "isatty", None)
     if isatty is not None and isatty():
         return tqdm(iterable, file=stream, **kwargs)
-    return _LogBar(iterable, file=_Lines(stream), mininterval=LOG_INTERVAL_S, maxinterval=LOG_INTERVAL_S, ncols=100,
-                   ascii=True, dynamic_ncols=False, **kwargs)  # fmt: skip
+    # miniters=1: the time is checked at every update, and tqdm's monitor thread never redraws a
+    # stale line between two updates (it does so only for bars with miniters > 1)
+    return _LogBar(iterable, file=_Lines(stream), mininterval=LOG_INTERVAL_S, miniters=1, ncols=100, ascii=True,
+                   dynamic_ncols=False, **kwargs)  # fmt: skip

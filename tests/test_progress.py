@@ -23,6 +23,7 @@ def test_log_file_gets_whole_lines_with_rate_and_eta(monkeypatch) -> None:
     lines = text.splitlines()
     assert lines[-1].startswith("steps: 100%") and "3/3" in lines[-1]
     assert all("step" in line for line in lines)
+    assert len(lines) == len(set(lines))  # the end is written once, not again on close
     assert any("<" in line for line in lines)  # tqdm's "elapsed<remaining" (the ETA)
 
 
