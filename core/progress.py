@@ -67,10 +67,15 @@ def progress_bar(iterable: Iterable[Any] | None = None, *, enabled: bool = True,
     stream = stream if stream is not None else sys.stderr
     if not enabled:
         return tqdm(iterable, disable=True, **kwargs)
-    isatty = getattr(stream, "isatty", None)
-    if isatty is not None and isatty():
+    try:
+        terminal = bool(stream.isatty())
+    except (AttributeError, ValueError, OSError):  # no isatty, or a closed stream: not a terminal
+        terminal = False
+    if terminal:
         return tqdm(iterable, file=stream, **kwargs)
     # miniters=1: the time is checked at every update, and tqdm's monitor thread never redraws a
     # stale line between two updates (it does so only for bars with miniters > 1)
-    return _LogBar(iterable, file=_Lines(stream), mininterval=LOG_INTERVAL_S, miniters=1, ncols=100, ascii=True,
-                   dynamic_ncols=False, **kwargs)  # fmt: skip
+    # miniters=1: the time is checked at every update, and tqdm's monitor thread never redraws a
+    # stale line between two updates (it does so only for bars with miniters > 1)
+    settings = {"mininterval": LOG_INTERVAL_S, "miniters": 1, "ncols": 100, "ascii": True, "dynamic_ncols": False}
+    return _LogBar(iterable, **(settings | kwargs | {"file": _Lines(stream)}))

@@ -26,6 +26,7 @@ EXTRA_NAMES: dict[str, tuple[str, ...]] = {
     "RU": ("Russia",),
     "TW": ("Taiwan",),
     "CZ": ("Czech Republic",),
+    "TR": ("Turkey",),
 }
 """Names people and databases use that the ISO names leave out (ISO alpha-2 code -> names)."""
 
@@ -55,9 +56,56 @@ def _country_names() -> tuple[dict[str, str], dict[str, tuple[str, ...]]]:
                 if t != n:
                     names[t] = None
         for stored in (*names, c.alpha_3):
-            recognised.setdefault(stored.casefold(), c.alpha_2)
+            recognised.setdefault(_key(stored), c.alpha_2)
         aliases[c.alpha_2] = tuple(n for n in names if not (n.isascii() and len(n) <= 3 and n.isupper()) or n in extra)
     return recognised, aliases
+
+
+def _key(text: str) -> str:
+    """How a stored value is compared with the names: a code or short name (USA, UK) in its own
+    case ("Ben" is no BEN, "can" no CAN), anything longer case-folded."""
+    text = text.strip()
+    return text if text.isascii() and len(text) <= 3 else text.casefold()
+
+
+@functools.cache
+def _longer_names(alias: str) -> tuple[str, ...]:
+    """Every country name in Chinese that holds ``alias`` inside it (苏丹 -> 南苏丹)."""
+    _, aliases = _country_names()
+    return tuple(n for names in aliases.values() for n in names if alias in n and n != alias and not n.isascii())
+
+
+def alias_span_ok(question: str, start: int, end: int) -> bool:
+    """Whether a Chinese country name found at ``question[start:end]`` is a mention of it: not a
+    part of a longer country name (苏丹 in 南苏丹, 印度 in 印度尼西亚) and on word boundaries
+    of jieba's segmentation (美国 is no word of 南美国家, "South American countries").
+    A name in Latin letters is always a mention (the index matched it word by word).
+
+    >>> alias_span_ok("德国的客户有哪些", 0, 2), alias_span_ok("南美国家的客户", 1, 3), alias_span_ok("南苏丹的客户", 1, 3)
+    (True, False, False)
+    """
+    surface = question[start:end]
+    if surface.isascii():
+        return True
+    for longer in _longer_names(surface):
+        i = question.find(longer)
+        while i >= 0:
+            if i <= start and end <= i + len(longer):
+                return False
+            i = question.find(longer, i + 1)
+    bounds = _word_bounds(question)
+    return start in bounds and end in bounds
+
+
+@functools.lru_cache(maxsize=256)
+def _word_bounds(question: str) -> frozenset[int]:
+    """Character offsets where jieba's words start or end in ``question``."""
+    import logging
+
+    import jieba
+
+    jieba.setLogLevel(logging.WARNING)  # no "Building prefix dict" lines on first use
+    return frozenset(i for _, a, b in jieba.tokenize(question) for i in (a, b))
 
 
 def country_code(value: str) -> str | None:
@@ -65,9 +113,11 @@ def country_code(value: str) -> str | None:
 
     >>> country_code("Germany"), country_code("USA"), country_code("UK"), country_code("德国"), country_code("Chai")
     ('DE', 'US', 'GB', 'DE', None)
+    >>> country_code("germany"), country_code("Ben"), country_code("can"), country_code("Turkey")
+    ('DE', None, None, 'TR')
     """
     recognised, _ = _country_names()
-    return recognised.get(value.strip().casefold())
+    return recognised.get(_key(value))
 
 
 def country_aliases(value: str) -> tuple[str, ...]:

@@ -58,7 +58,7 @@ from typing import TYPE_CHECKING, Any
 
 from core.errors import ConfigError, DataError
 from core.io import write_json
-from core.value_aliases import country_aliases, country_code
+from core.value_aliases import alias_span_ok, country_aliases, country_code
 
 if TYPE_CHECKING:
     from core.schema import Schema
@@ -218,6 +218,15 @@ def _is_latin(unit: str) -> bool:
     return unit.isascii()
 
 
+def _is_utf8(text: str) -> bool:
+    """False for a string holding a lone surrogate, which no UTF-8 file (the saved index) can hold."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def _is_country_column(values: Sequence[str]) -> bool:
     """At least two values and half of them name countries (``Customers.Country``; not a column
     of people among whom one is called Jordan)."""
@@ -321,7 +330,7 @@ class ValueIndex:
         cfg = config or ValueIndexConfig()
         cols = []
         for (table, column), vals in values.items():
-            kept = sorted({v for v in vals if isinstance(v, str) and v.strip()})
+            kept = sorted({v for v in vals if isinstance(v, str) and v.strip() and _is_utf8(v)})
             cols.append(IndexedColumn(table, column, tuple(kept[: cfg.max_values_per_column]), len(kept),
                                       len(kept) > cfg.max_values_per_column))  # fmt: skip
         return cls(cols, cfg)
@@ -356,7 +365,7 @@ class ValueIndex:
                 except Exception as exc:  # noqa: BLE001 (a driver's decode or read error: skip the column, say so)
                     notes.append(f"value index: skipped {table.name}.{col.name} ({type(exc).__name__}: {str(exc)[:120]})")
                     continue
-                vals = sorted({v for v in raw if isinstance(v, str) and v.strip()})
+                vals = sorted({v for v in raw if isinstance(v, str) and v.strip() and _is_utf8(v)})
                 if not vals:
                     continue
                 if sum(len(v) for v in vals) / len(vals) > cfg.max_value_chars:
@@ -422,11 +431,14 @@ class ValueIndex:
             return []
         # unit -> list of (question unit position, similarity)
         found: dict[str, list[tuple[int, float]]] = defaultdict(list)
+        near: dict[str, list[tuple[str, float]]] = {}  # typo and prefix candidates, once per distinct word
         for pos, (u, _, _) in enumerate(q_units):
             if u in self._postings:
                 found[u].append((pos, 1.0))
             if _is_latin(u) and len(u) >= 4 and not u.isdigit() and u not in STOP_WORDS and u not in self.schema_words:
-                for cand, sim in self._typo_units(u) + self._prefix_units(u):
+                if u not in near:
+                    near[u] = self._typo_units(u) + self._prefix_units(u)
+                for cand, sim in near[u]:
                     found[cand].append((pos, sim))
         candidates: set[int] = set()
         for u in found:
@@ -473,6 +485,8 @@ class ValueIndex:
             if e.short and (not exact or len(e.units) != 1):
                 continue
             if e.alias and not (exact and score >= 0.999):  # "United" is no mention of the United Kingdom
+                continue
+            if e.alias and not alias_span_ok(question, start, end):  # 美国 inside 南美国家
                 continue
             matches.append(ValueMatch(e.table, e.column, e.value, min(score, 1.0), start, end, exact and score >= 0.999, question))
         matches.sort(key=lambda m: (-m.score, -(m.end - m.start), m.table, m.column, m.value))

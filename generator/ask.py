@@ -295,6 +295,11 @@ class AskConfig:
             raise ConfigError("give questions or --file, not both", where="file")
         if self.file is not None and self.out is None:
             raise ConfigError("--file needs --out for the answers", where="--out")
+        for i, q in enumerate(self.questions, 1):
+            try:
+                q.encode("utf-8")
+            except UnicodeEncodeError as exc:  # undecodable argv bytes arrive as surrogates
+                raise ConfigError(f"question {i} is not UTF-8 text (character {exc.start + 1})", where="questions") from exc
         if self.file is not None and self.out is not None and Path(self.out).resolve() == Path(self.file).resolve():
             raise ConfigError(f"is the question file {self.file}; writing the answers there would replace the questions",
                               where="--out")  # fmt: skip

@@ -167,6 +167,7 @@ def test_ask_file_in_file_out(chain: dict[str, Path], tmp_path: Path) -> None:
         (["--file", "x.jsonl"], "--file needs --out"),
         (["q", "--samples", "0"], "--samples"),
         (["--file", "q.jsonl", "--out", "./q.jsonl"], "^--out: is the question file q.jsonl"),
+        (["Which orders \udcff\udcfe"], "question 1 is not UTF-8 text"),  # undecodable argv bytes crashed the tokenizer
     ],
 )
 def test_bad_options_name_the_flag(argv: list[str], message: str) -> None:

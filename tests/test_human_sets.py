@@ -66,13 +66,14 @@ def test_generated_questions_name_values_alone_and_routes_are_learnable(built: d
     assert summary["route_ambiguity"]["by_table"] <= 0.02
 
 
-def test_a_users_own_human_file(tmp_path: Path) -> None:
+@pytest.mark.parametrize("encoding", ["utf-8", "utf-8-sig"])  # a byte-order mark, as Windows editors write, is no error
+def test_a_users_own_human_file(tmp_path: Path, encoding: str) -> None:
     f = tmp_path / "mine.jsonl"
     f.write_text(
         json.dumps({"question": "谁供应 Chai？", "language": "zh", "sql": "SELECT s.CompanyName FROM Products p JOIN Suppliers s "
                     "ON p.SupplierID = s.SupplierID WHERE p.ProductName = 'Chai'",
                     "path": {"anchor": "Products", "via": [], "target": "Suppliers"}}, ensure_ascii=False) + "\n",
-        encoding="utf-8",
+        encoding=encoding,
     )  # fmt: skip
     ds, summary = build_dataset(BuildConfig(out=tmp_path / "out", db="northwind", human=f, samples_per_path=3))
     assert [s.question for s in ds.human] == ["谁供应 Chai？"] and summary["splits"]["human"] == 1

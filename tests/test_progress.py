@@ -50,3 +50,12 @@ def test_terminal_gets_a_redrawn_bar() -> None:
     for _ in progress_bar(range(3), desc="bar", stream=term):
         pass
     assert "\r" in term.getvalue()  # tqdm redraws in place
+
+
+def test_a_closed_stream_or_a_caller_setting_is_no_crash() -> None:
+    closed = io.StringIO()
+    closed.close()  # isatty() raises on a closed stream
+    assert list(progress_bar(range(3), stream=closed)) == [0, 1, 2]
+    log = io.StringIO()
+    assert list(progress_bar(range(3), stream=log, ncols=50, mininterval=0)) == [0, 1, 2]  # the caller's settings win
+    assert max(len(line) for line in log.getvalue().splitlines()) <= 50

@@ -72,6 +72,30 @@ def test_country_names_in_other_languages_only_for_columns_of_countries() -> Non
     assert idx.lookup("can you list them") == []  # a country code is never an alias ("CAN")
 
 
+@pytest.mark.parametrize(("question", "found"), [
+    ("南美国家的客户有哪些", []),  # 美国 is no word of 南美国家 (South American countries)
+    ("印度尼西亚的客户", []),  # 印度 inside Indonesia's name
+    ("南苏丹的客户", []),  # 苏丹 inside South Sudan's name
+    ("苏丹的客户", ["Sudan"]),
+    ("来自美国和德国的供应商", ["Germany", "USA"]),
+])  # fmt: skip
+def test_a_chinese_country_name_matches_only_as_a_word_of_its_own(question: str, found: list[str]) -> None:
+    idx = ValueIndex.from_values({("Customers", "Country"): ["Germany", "USA", "India", "Sudan", "France"]})
+    assert sorted(m.value for m in idx.lookup(question)) == found
+
+
+def test_short_words_and_first_names_are_no_country_codes() -> None:
+    for column in (["Ben", "Guy", "Dom", "Per"], ["and", "are", "can", "per", "ita"]):
+        idx = ValueIndex.from_values({("People", "First"): column})
+        assert idx.lookup("people in Benin, Peru, Guyana, Canada and Andorra") == [], column
+
+
+def test_a_value_with_a_lone_surrogate_is_left_out_and_the_index_saves(tmp_path: Path) -> None:
+    idx = ValueIndex.from_values({("t", "c"): ["\ud800", "Germany", "ok"]})
+    assert idx.columns[0].values == ("Germany", "ok")
+    assert len(ValueIndex.load(idx.save(tmp_path / "v.json"))) == len(idx)
+
+
 def test_other_names_of_countries_leave_every_other_match_as_it_was() -> None:
     values = {("Shippers", "CompanyName"): ["United Package", "Federal Shipping", "Speedy Express"],
               ("Customers", "Region"): ["North America", "Central America"], ("Customers", "Country"): ["UK", "USA", "Germany"]}
