@@ -94,7 +94,7 @@ class ValueIndexConfig:
     """What a value index holds and how it matches."""
 
     max_values_per_column: int = 20_000
-    """Distinct values indexed per column at most (the most frequent first); a capped column is reported."""
+    """Distinct values indexed per column at most (the first in sorted order are kept); a capped column is reported."""
     max_value_chars: int = 60
     """Columns whose values are longer than this on average are free text (notes, addresses) and skipped."""
     min_score: float = 0.6
