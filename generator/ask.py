@@ -296,6 +296,8 @@ class AskConfig:
         if self.file is not None and self.out is None:
             raise ConfigError("--file needs --out for the answers", where="--out")
         for i, q in enumerate(self.questions, 1):
+            if not q.strip():
+                raise ConfigError(f"question {i} is empty", where="questions")
             try:
                 q.encode("utf-8")
             except UnicodeEncodeError as exc:  # undecodable argv bytes arrive as surrogates

@@ -168,6 +168,7 @@ def test_ask_file_in_file_out(chain: dict[str, Path], tmp_path: Path) -> None:
         (["q", "--samples", "0"], "--samples"),
         (["--file", "q.jsonl", "--out", "./q.jsonl"], "^--out: is the question file q.jsonl"),
         (["Which orders \udcff\udcfe"], "question 1 is not UTF-8 text"),  # undecodable argv bytes crashed the tokenizer
+        (["  "], "question 1 is empty"),  # as router.route: exit 2, not an answer with an error
     ],
 )
 def test_bad_options_name_the_flag(argv: list[str], message: str) -> None:
