@@ -131,6 +131,22 @@ def program_name() -> str | None:
     return f"python -m {name.removesuffix('.__main__')}" if name else None
 
 
+def check_text_arguments(questions: Sequence[str], where: str = "questions") -> None:
+    """Refuse a command-line question that is not UTF-8 text: undecodable argv bytes reach Python
+    as lone surrogates, which no tokenizer takes.
+
+    Raises:
+        ConfigError: naming ``where`` and the question's position (from 1) and character.
+    """
+    from core.errors import ConfigError
+
+    for i, q in enumerate(questions, 1):
+        try:
+            q.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise ConfigError(f"question {i} is not UTF-8 text (character {exc.start + 1})", where=where) from exc
+
+
 def plain_text(text: str) -> str:
     r"""Help text without reST markup: ``code`` and :func:`name` become code and name, a literal block's ``::`` one colon.
 

@@ -75,7 +75,5 @@ def progress_bar(iterable: Iterable[Any] | None = None, *, enabled: bool = True,
         return tqdm(iterable, file=stream, **kwargs)
     # miniters=1: the time is checked at every update, and tqdm's monitor thread never redraws a
     # stale line between two updates (it does so only for bars with miniters > 1)
-    # miniters=1: the time is checked at every update, and tqdm's monitor thread never redraws a
-    # stale line between two updates (it does so only for bars with miniters > 1)
     settings = {"mininterval": LOG_INTERVAL_S, "miniters": 1, "ncols": 100, "ascii": True, "dynamic_ncols": False}
     return _LogBar(iterable, **(settings | kwargs | {"file": _Lines(stream)}))

@@ -270,9 +270,6 @@ class ValueIndex:
         self._entries: list[_Entry] = []
         self._codes: dict[str, list[int]] = defaultdict(list)  # "UK", "OR": matched case-sensitively as whole words
         postings: dict[str, list[int]] = defaultdict(list)
-        # IDF counts stored values only, so a country's other names leave every other score as it was
-        n_stored = 0
-        stored_df: dict[str, int] = defaultdict(int)
         for col in self.columns:
             aliased = self.config.country_aliases and _is_country_column(col.values)
             for value in col.values:
@@ -287,19 +284,17 @@ class ValueIndex:
                     if short and _CODE.fullmatch(surface.strip()):
                         self._entries.append(_Entry(col.table, col.column, value, norm, us, short, k > 0))
                         self._codes[surface.strip()].append(eid)
-                        n_stored += k == 0
                         continue
                     if len(us) == 1 and us[0] in STOP_WORDS:
                         continue
                     self._entries.append(_Entry(col.table, col.column, value, norm, us, short, k > 0))
-                    n_stored += k == 0
                     for u in us:
                         postings[u].append(eid)
-                        stored_df[u] += k == 0
         self._postings = dict(postings)
-        self._stored_df = dict(stored_df)
-        n = max(n_stored, 1)
-        self._idf = {u: math.log(1.0 + n / (stored_df[u] or len(ids))) for u, ids in postings.items()}
+        # IDF and the rare-word rule count stored values only: a country's other names leave every other score as it was
+        self._stored_df = {u: sum(not self._entries[i].alias for i in ids) for u, ids in postings.items()}
+        n = max(sum(not e.alias for e in self._entries), 1)
+        self._idf = {u: math.log(1.0 + n / (self._stored_df[u] or len(ids))) for u, ids in postings.items()}
         self._weights = [self._value_weights(e) for e in self._entries]
         by_len: dict[int, list[str]] = defaultdict(list)
         for u in self._postings:
@@ -484,9 +479,8 @@ class ValueIndex:
             start, end = where[q_units[lo][1]], where[q_units[hi][2] - 1] + 1
             if e.short and (not exact or len(e.units) != 1):
                 continue
-            if e.alias and not (exact and score >= 0.999):  # "United" is no mention of the United Kingdom
-                continue
-            if e.alias and not alias_span_ok(question, start, end):  # 美国 inside 南美国家
+            # another name matches only whole ("United" is no mention of the United Kingdom) and as a word (not 美国 in 南美国家)
+            if e.alias and not (exact and score >= 0.999 and alias_span_ok(question, start, end)):
                 continue
             matches.append(ValueMatch(e.table, e.column, e.value, min(score, 1.0), start, end, exact and score >= 0.999, question))
         matches.sort(key=lambda m: (-m.score, -(m.end - m.start), m.table, m.column, m.value))

@@ -34,7 +34,7 @@ import torch
 import tyro
 
 from data_pipeline.backends.sqlite import ExecutionResult, SQLiteExecutor
-from core.cli import parse, run_main
+from core.cli import check_text_arguments, parse, run_main
 from core.errors import CheckpointError, ConfigError, DataError, SchemaError
 from core.graph import JoinPath
 from core.io import ensure_writable_dir, read_jsonl_lines, write_jsonl
@@ -298,10 +298,7 @@ class AskConfig:
         for i, q in enumerate(self.questions, 1):
             if not q.strip():
                 raise ConfigError(f"question {i} is empty", where="questions")
-            try:
-                q.encode("utf-8")
-            except UnicodeEncodeError as exc:  # undecodable argv bytes arrive as surrogates
-                raise ConfigError(f"question {i} is not UTF-8 text (character {exc.start + 1})", where="questions") from exc
+        check_text_arguments(self.questions)
         if self.file is not None and self.out is not None and Path(self.out).resolve() == Path(self.file).resolve():
             raise ConfigError(f"is the question file {self.file}; writing the answers there would replace the questions",
                               where="--out")  # fmt: skip

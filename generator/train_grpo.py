@@ -711,7 +711,7 @@ def train(cfg: GRPOConfig) -> GRPOResult:
     # ---- the loop
     model.train()
     bar = progress_bar(range(start_step, cfg.max_steps), desc="grpo", enabled=cfg.progress and accelerator.is_main_process,
-               initial=start_step, total=cfg.max_steps, unit="step")  # fmt: skip
+                       initial=start_step, total=cfg.max_steps, unit="step")  # fmt: skip
     for step in bar:
         t_step = time.perf_counter()
         ro.stats = CollectStats()

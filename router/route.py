@@ -41,7 +41,7 @@ from typing import Annotated, Any
 import torch
 import tyro
 
-from core.cli import parse, run_main
+from core.cli import check_text_arguments, parse, run_main
 from core.errors import DataError
 from core.graph import JoinPath, SchemaGraph
 from core.io import ensure_writable_dir, read_jsonl, write_jsonl
@@ -430,11 +430,7 @@ class RouteConfig:
             raise ConfigError(f"must be between 0 and 1, got {self.min_confidence}", where="--min-confidence")
         if self.batch_size < 1:
             raise ConfigError(f"must be >= 1, got {self.batch_size}", where="--batch-size")
-        for i, q in enumerate(self.questions, 1):
-            try:
-                q.encode("utf-8")
-            except UnicodeEncodeError as exc:  # undecodable argv bytes arrive as surrogates
-                raise ConfigError(f"question {i} is not UTF-8 text (character {exc.start + 1})", where="questions") from exc
+        check_text_arguments(self.questions)
 
 
 def _print_routes(routes: Sequence[RoutedPath], graph: SchemaGraph, calibrated: bool = False) -> None:
