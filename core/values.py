@@ -81,6 +81,38 @@ _LATIN_WORD = re.compile(r"[a-z0-9]+")
 _DATE = re.compile(r"^\d{4}[-/.]\d{1,2}[-/.]\d{1,2}")
 _CODE = re.compile(r"[A-Z][A-Z0-9]{1,2}")
 _CODE_TOKEN = re.compile(r"(?<![A-Za-z0-9])[A-Z][A-Z0-9]{1,2}(?![A-Za-z0-9])")
+
+
+_FULL_WIDTH_LATIN = {c: c - 0xFEE0 for c in (*range(0xFF10, 0xFF1A), *range(0xFF21, 0xFF3B), *range(0xFF41, 0xFF5B))}
+
+
+def fold_full_width_latin(text: str) -> str:
+    """Full-width Latin letters and digits (``ＵＳＡ``, ``１２``: a Chinese input method's full-width
+    mode) as ASCII, in their case; everything else, Chinese punctuation included, unchanged, so
+    positions in the result are positions in ``text``.
+
+    >>> fold_full_width_latin("ＵＳＡ的客户，Ｔｏｐ１０？")
+    'USA的客户，Top10？'
+    """
+    return text.translate(_FULL_WIDTH_LATIN)
+
+
+def _closest(options: Sequence[Sequence[int]]) -> list[int]:
+    """One position per word of a value, from each word's ``options`` (the question positions where
+    it is found best), as close together as they can be: the occurrence of "United" next to
+    "Package", not the one three sentences before it.
+
+    >>> _closest([[0, 7], [8]]), _closest([[2], [0, 3]]), _closest([[4]])
+    ([7, 8], [2, 3], [4])
+    """
+    best: list[int] = []
+    for anchor in options[0]:
+        picked = [min(opts, key=lambda p: (abs(p - anchor), p)) for opts in options]
+        if not best or max(picked) - min(picked) < max(best) - min(best):
+            best = picked
+    return best
+
+
 RARE_PARTIAL_SCORE = 0.4
 """A value of at most three words matches below ``min_score`` (down to this) when a found word is
 long and held by at most two values: people shorten names to their rare part."""
@@ -441,7 +473,7 @@ class ValueIndex:
                 continue
             candidates.update(self._postings.get(u, ()))
         matches: list[ValueMatch] = []
-        for m in _CODE_TOKEN.finditer(question):
+        for m in _CODE_TOKEN.finditer(fold_full_width_latin(question)):
             for eid in self._codes.get(m.group(), ()):
                 e = self._entries[eid]
                 matches.append(ValueMatch(e.table, e.column, e.value, 1.0, m.start(), m.end(), True, question))
@@ -450,18 +482,18 @@ class ValueIndex:
             weights = self._weights[eid]
             total = sum(weights)
             got = 0.0
-            positions: list[int] = []
             exact = True
             content = False
             rare = False
+            best_hits: list[list[int]] = []  # per found unit, the positions of its best hits
             for u, w in zip(e.units, weights, strict=True):
                 hits = found.get(u)
                 if not hits:
                     exact = False
                     continue
-                pos, sim = max(hits, key=lambda h: h[1])
+                sim = max(h[1] for h in hits)
+                best_hits.append([p for p, s in hits if s == sim])
                 got += w * sim
-                positions.append(pos)
                 exact = exact and sim == 1.0
                 content = content or u not in STOP_WORDS
                 # a long word that only one or two values hold names the value ("Rogede" for "Rogede sild")
@@ -473,6 +505,7 @@ class ValueIndex:
             score = got / total
             if score < self.config.min_score and not (score >= RARE_PARTIAL_SCORE and rare and len(e.units) <= 3):
                 continue
+            positions = _closest(best_hits)
             lo, hi = min(positions), max(positions)
             if hi - lo + 1 > len(e.units) + 2:  # the words are scattered over the question
                 continue

@@ -90,6 +90,21 @@ def test_short_words_and_first_names_are_no_country_codes() -> None:
         assert idx.lookup("people in Benin, Peru, Guyana, Canada and Andorra") == [], column
 
 
+def test_full_width_codes_match_as_their_ascii_form_at_their_own_position() -> None:
+    idx = ValueIndex.from_values({("Customers", "Country"): ["UK", "USA", "Germany"], ("Customers", "Region"): ["OR", "WA"]})
+    found = [(m.value, m.surface) for m in idx.lookup("ＵＳＡ和ＵＫ的客户")]  # a Chinese input method's full-width letters
+    assert sorted(found) == [("UK", "ＵＫ"), ("USA", "ＵＳＡ")]
+    assert [m.value for m in idx.lookup("ＯＲ 的客户")] == ["OR"]
+    assert idx.lookup("ｏｒ the customers") == []  # still in the stored case only
+
+
+def test_a_mention_is_found_when_one_of_its_words_came_earlier_in_the_question() -> None:
+    idx = ValueIndex.from_values({("Shippers", "CompanyName"): ["United Package", "Federal Shipping", "Speedy Express"]})
+    q = "We are united in asking: which orders did United Package ship?"
+    (m,) = idx.lookup(q)
+    assert (m.value, q[m.start : m.end], m.score) == ("United Package", "United Package", 1.0)
+
+
 def test_a_value_with_a_lone_surrogate_is_left_out_and_the_index_saves(tmp_path: Path) -> None:
     idx = ValueIndex.from_values({("t", "c"): ["\ud800", "Germany", "ok"]})
     assert idx.columns[0].values == ("Germany", "ok")
