@@ -33,8 +33,8 @@ class Plan:
         scope: ``join`` (multi-table path) or ``self`` (single table).
         entity_column: anchor column the filter value ``{E1}`` comes from.
         ask_column: target column returned by ``list``/``lookup``/``filter``.
-        num_column: target column aggregated by ``agg``.
-        agg: ``COUNT``, ``SUM`` or ``AVG`` (None when the family does not aggregate).
+        num_column: target column aggregated by ``agg`` (a number, or a date for ``MIN``/``MAX``).
+        agg: ``COUNT``, ``SUM``, ``AVG``, or ``MIN``/``MAX`` of a date column (None when the family does not aggregate).
         count_column: target column counted distinctly (None: ``COUNT(*)``).
         filter_column: target column of the second condition ``{E2}`` (``filter`` only).
         filter_op: ``>=`` (numbers) or ``=`` (text).

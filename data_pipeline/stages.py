@@ -81,6 +81,12 @@ MEASURE_SHARE = 0.7
 that total it, so that "How many units has X bought?" is generated and not only averages of
 whichever number comes first."""
 
+DATE_SHARE = 0.4
+"""Share of the aggregates whose target has a date column (:func:`date_columns`) that ask for its
+earliest or latest date (``MIN``/``MAX``): "When was Ipoh Coffee last ordered?" is among the
+commonest questions people ask of a table with dates, and the sums and averages never taught it. Half of them take the table's own date
+(:func:`main_date`) when it has one, so that the question can leave the date unnamed."""
+
 BARE_SHARE = 0.7
 """Share of the list questions over a join whose phrasing can drop its request for the column
 (:func:`~data_pipeline.templates.bare_template`) that do, and so ask for the target's rows without
@@ -298,11 +304,16 @@ def plan_question(family: str, path: JoinPath, ctx: StageContext, rng: random.Ra
         return Plan(family, scope, entity, agg="COUNT", count_column=count_col)
     if family == "agg":
         nums = [c for c in t.numeric if c != entity]
-        if not nums:
-            return None
         measures = [c for c in nums if measure_kind(ctx.schema, path.target, c)] if scope == "join" else []
         if measures and rng.random() < MEASURE_SHARE:
             return Plan(family, scope, entity, num_column=rng.choice(measures), agg="SUM")
+        dates = [c for c in date_columns(ctx.schema, path.target) if c != entity]
+        if dates and (not nums or rng.random() < DATE_SHARE):
+            own = [c for c in dates if main_date(ctx.schema, path.target, c)]  # the date "the latest order" means
+            column = rng.choice(own if own and rng.random() < 0.5 else dates)
+            return Plan(family, scope, entity, num_column=column, agg=rng.choice(("MIN", "MAX")))
+        if not nums:
+            return None
         return Plan(family, scope, entity, num_column=rng.choice(nums), agg=rng.choice(("SUM", "AVG")))
     if family == "filter":
         if not asked:
@@ -324,7 +335,7 @@ def plan_unfiltered(family: str, path: JoinPath, ctx: StageContext, rng: random.
     ``all_count`` counts the target's ``count_key`` over a join (None without one: ``COUNT(*)`` over a
     join would make the anchor the gold route's target); ``all_list`` asks for a descriptive target
     column; ``all_pairs`` adds the anchor's best name-like column; ``all_agg`` sums or averages a
-    numeric column (single table only).
+    numeric column, or asks for the earliest or latest date (single table only).
     """
     a, t = ctx.profiles[path.anchor], ctx.profiles[path.target]
     scope = "self" if path.hops == 0 else "join"
@@ -337,6 +348,9 @@ def plan_unfiltered(family: str, path: JoinPath, ctx: StageContext, rng: random.
     if family in ("all_list", "all_pairs"):
         return Plan(family, scope, entity, ask_column=_pick(asked, rng, 3)) if asked else None
     if family == "all_agg":
+        dates = date_columns(ctx.schema, path.target)
+        if dates and (not t.numeric or rng.random() < DATE_SHARE):  # "What is the latest order date of all orders?"
+            return Plan(family, scope, entity, num_column=rng.choice(dates), agg=rng.choice(("MIN", "MAX")))
         return Plan(family, scope, entity, num_column=rng.choice(t.numeric), agg=rng.choice(("SUM", "AVG"))) if t.numeric else None
     if family == "top":
         names = [c for c in t.names if (path.target, c) not in ctx.copy_columns] or list(asked[:1])
@@ -375,7 +389,7 @@ def words_for(
         words["tcol"] = column_words(t.column(plan.ask_column), language)
     if plan.num_column:
         words["ncol"] = column_words(t.column(plan.num_column), language)
-    if plan.agg in ("SUM", "AVG"):
+    if plan.agg in AGG_WORDS[language]:
         words["agg"] = AGG_WORDS[language][plan.agg]
     verbs = _style_verbs(style, a, t)
     verb = verbs[verb_index % len(verbs)] if verbs else None
@@ -445,6 +459,40 @@ _HOURS = re.compile(r"\bhours?\b|工时|小时", re.IGNORECASE)
 def _column_text(schema: Schema, table: str, column: str) -> str:
     c = schema.table(table).column(column)
     return " ".join((humanize(c.name), c.description, c.zh))
+
+
+_DATE_WORD = re.compile(r"\bdate\b|日期", re.IGNORECASE)
+_DATE_TYPE = re.compile(r"DATE|TIME", re.IGNORECASE)
+
+
+def date_columns(schema: Schema, table: str) -> list[str]:
+    """Columns of ``table`` that hold dates and are no key: a declared DATE, DATETIME, TIME or
+    TIMESTAMP type, or a name or description that says date (``OrderDate``, ``visit_date``, 日期).
+    Numeric columns are left out (a year or a Unix time has no earliest "day" to ask for).
+
+    >>> from core.schema import Column, Table
+    >>> s = Schema("s", (Table("Orders", (Column("OrderID", "INTEGER", primary_key=True), Column("OrderDate", "DATETIME"),
+    ...     Column("ship_date", "TEXT"), Column("Candidate", "TEXT"), Column("Year", "INTEGER"))),), ())
+    >>> date_columns(s, "Orders")
+    ['OrderDate', 'ship_date']
+    """
+    t = schema.table(table)
+    return [c.name for c in t.columns
+            if not c.is_numeric and not _is_key(schema, table, c.name)
+            and (_DATE_TYPE.search(c.type) or _DATE_WORD.search(_column_text(schema, table, c.name)))]  # fmt: skip
+
+
+def main_date(schema: Schema, table: str, column: str) -> bool:
+    """True when ``column`` is the date a question means by the table's rows alone ("the latest
+    order"): the table's only date column (:func:`date_columns`), or one named after the table
+    (``OrderDate`` of ``Orders``; not ``ShippedDate``, not an employee's ``HireDate``)."""
+    dates = date_columns(schema, table)
+    if column not in dates:
+        return False
+    if len(dates) == 1:
+        return True
+    noun = table_words(schema.table(table), "en")[0].lower()
+    return noun in humanize(column).lower().split()
 
 
 def _is_key(schema: Schema, table: str, column: str) -> bool:
@@ -559,6 +607,8 @@ def natural_styles(family: str, path: JoinPath, plan: Plan, ctx: StageContext, l
                 out.append(("who", 1.5))
         elif family in ("count", "agg", "filter") and place:
             out.append(("value", 1.0))
+            if family == "agg" and plan.agg in ("MIN", "MAX") and main_date(schema, path.target, str(plan.num_column)):
+                out.append(("date", 3.0))
     elif named:
         out.append(("value", 1.0))
         asked_col = plan.ask_column or plan.num_column
@@ -581,6 +631,9 @@ def natural_styles(family: str, path: JoinPath, plan: Plan, ctx: StageContext, l
                 out.append((f"{kind}_actor", 6.0))
             if kind == "money" and any(v.base in _BUYER_VERBS for v in agent_verbs(a)):
                 out.append(("spend", 6.0))
+        if family == "agg" and plan.agg in ("MIN", "MAX") and main_date(schema, path.target, str(plan.num_column)):
+            # "When was the latest order of X?": the date nobody names is the table's own
+            out.append(("date", 3.0))
     scope = "self" if path.hops == 0 else "join"
     return [(st, w) for st, w in out if templates_for(family, scope, language, st)]
 

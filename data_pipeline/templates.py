@@ -9,19 +9,19 @@ family     scope   gold SQL
 ========== ======= ==========================================================================
 list       join    ``SELECT DISTINCT T.col ... WHERE A.entity_col = v``
 count      join    ``SELECT COUNT(DISTINCT T.pk) ... WHERE A.entity_col = v``
-agg        join    ``SELECT SUM|AVG(T.num_col) ... WHERE A.entity_col = v``
+agg        join    ``SELECT SUM|AVG|MIN|MAX(T.col) ... WHERE A.entity_col = v`` (MIN/MAX: a date)
 filter     join    ``SELECT DISTINCT T.col ... WHERE A.entity_col = v AND T.f >= x`` (or ``= v2``)
 lookup     self    ``SELECT DISTINCT A.col FROM A WHERE A.entity_col = v``
 count      self    ``SELECT COUNT(*) FROM A WHERE A.entity_col = v``
-agg        self    ``SELECT SUM|AVG(A.num_col) FROM A WHERE A.entity_col = v``
+agg        self    ``SELECT SUM|AVG|MIN|MAX(A.col) FROM A WHERE A.entity_col = v``
 filter     self    ``SELECT DISTINCT A.col FROM A WHERE A.entity_col = v AND A.f >= x``
 ========== ======= ==========================================================================
 
 Placeholders: ``{a}``/``{a_pl}`` anchor table (singular/plural), ``{t}``/``{t_pl}`` target
 table, ``{acol}`` the entity's column, ``{tcol}`` the column asked for, ``{ncol}`` the numeric
-column aggregated, ``{agg}`` "total"/"average" (总/平均). ``{E1}`` (the anchor entity) and
-``{E2}`` (a second condition such as "unit price of at least 18") stay in the text until entity
-filling, so paraphrasing never touches them.
+(or date) column aggregated, ``{agg}`` "total"/"average"/"earliest"/"latest" (总/平均/最早/最近).
+``{E1}`` (the anchor entity) and ``{E2}`` (a second condition such as "unit price of at least
+18") stay in the text until entity filling, so paraphrasing never touches them.
 
 Held-out phrasings: within each (family, scope, language) group, every template whose index
 ``k`` has ``k % HELDOUT_EVERY == HELDOUT_EVERY - 1`` (one in four) is reserved for the
@@ -45,10 +45,10 @@ FAMILIES_BY_SCOPE: dict[str, tuple[str, ...]] = {
 """Question families for multi-table paths (``join``) and single-table paths (``self``)."""
 
 AGG_WORDS: dict[str, dict[str, str]] = {
-    "en": {"SUM": "total", "AVG": "average"},
-    "zh": {"SUM": "总", "AVG": "平均"},
+    "en": {"SUM": "total", "AVG": "average", "MIN": "earliest", "MAX": "latest"},
+    "zh": {"SUM": "总", "AVG": "平均", "MIN": "最早", "MAX": "最近"},
 }
-"""How an aggregate function reads in a question."""
+"""How an aggregate function reads in a question (``MIN``/``MAX`` only ever take a date column)."""
 
 
 @dataclass(frozen=True)
@@ -355,7 +355,7 @@ _UNFILTERED_TEXTS: dict[tuple[str, str, str], tuple[str, ...]] = {
 
 NATURAL_STYLES = (
     "value", "agent", "agent_event", "who", "actor", "column", "via", "howmuch", "where", "when",
-    "units", "units_actor", "money", "money_actor", "spend", "hours",
+    "units", "units_actor", "money", "money_actor", "spend", "hours", "date",
 )  # fmt: skip
 """Phrasings as people write them (issue: questions that name a value alone, relation verbs,
 question words that imply the target). ``{E1}`` is never preceded by its table's name:
@@ -387,6 +387,9 @@ money      join    a total of the only table's money column (an amount or a tota
 money_actor join   as ``money``, with the anchor's verb: "How much has {E1} prescribed in total?"
 spend      join    as ``money``, the anchor a buyer: "How much has {E1} spent in total?"
 hours      join    a total of the only hours column: "How many hours in total for {E1}?"
+date       both    the earliest or latest of the table's own date (the only date column, or
+                   the one named after the table: OrderDate of Orders): "When was the latest
+                   order of {E1}?", "{E1} 最近一次订单是什么时候？"
 ========== ======= =========================================================================
 
 Extra placeholders: ``{v_base}``/``{v_past}``/``{v_zh}`` the verb, ``{ev_pl}``/``{ev}`` the event
@@ -644,6 +647,30 @@ _NATURAL_TEXTS: dict[tuple[str, str, str, str], tuple[str, ...]] = {
         "{E1} 总共多少工时？",
         "{E1} 加起来多少个小时？",
         "{E1} 合计多少小时？",
+    ),
+    ("agg", "join", "en", "date"): (
+        "When was the {agg} {t} of {E1}?",
+        "When did {E1} have its {agg} {t}?",
+        "What was the date of the {agg} {t} for {E1}?",
+        "{E1}: when was the {agg} {t}?",
+    ),
+    ("agg", "join", "zh", "date"): (
+        "{E1} 的{t}{agg}是哪天？",
+        "{E1} {agg}一次{t}是什么时候？",
+        "{E1} {agg}的{t}是哪一天？",
+        "{E1} 的{t}，{agg}的日期是哪天？",
+    ),
+    ("agg", "self", "en", "date"): (
+        "When was the {agg} {a} in {E1}?",
+        "In {E1}, when was the {agg} {a}?",
+        "What was the date of the {agg} {a} from {E1}?",
+        "When was the {agg} {a} for {E1}?",
+    ),
+    ("agg", "self", "zh", "date"): (
+        "{E1} 的{a}{agg}是哪天？",
+        "{E1} {agg}一次{a}是什么时候？",
+        "{E1} {agg}的{a}是哪一天？",
+        "{E1} 的{a}，{agg}的日期是哪天？",
     ),
     # ------------------------------------------------------------------ the target named by its column alone
     ("list", "join", "en", "column"): (

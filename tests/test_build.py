@@ -762,6 +762,32 @@ def test_sample_database_totals_name_what_they_measure_not_the_table(sample_buil
         assert ds.schema.table(s.path.target).zh not in s.question and "order detail" not in s.question.lower()
 
 
+OWN_DATES = {
+    # the date "the latest <row>" means, per table with dates: its only one, or the one named after it
+    "northwind": {"Orders": "OrderDate"},
+    "chinook": {"Invoice": "InvoiceDate", "Employee": None},  # BirthDate / HireDate: neither is "the latest employee"
+}
+
+
+def test_sample_database_asks_for_earliest_and_latest_dates(sample_built):
+    name, ds, _ = sample_built
+    dated = [s for s in ds.samples if s.meta["plan"].get("agg") in ("MIN", "MAX")]
+    assert len(dated) >= 10 and {s.meta["plan"]["agg"] for s in dated} == {"MIN", "MAX"}
+    for s in dated:
+        plan = s.meta["plan"]
+        column = ds.schema.table(s.path.target).column(plan["num_column"])
+        assert "DATE" in column.type.upper() or "date" in column.name.lower(), s.question
+        assert s.sql.startswith(f'SELECT {plan["agg"]}("{s.path.target}"."{column.name}")'), s.sql
+        word = {"MIN": ("earliest", "最早"), "MAX": ("latest", "最近")}[plan["agg"]]
+        assert any(w in s.question.lower() for w in word), s.question
+    # the questions that leave the date unnamed ask for the table's own date, never a birth or ship date
+    unnamed = [s for s in dated if s.meta.get("style") == "date"]
+    assert unnamed, "no 'When was the latest order of X?' question"
+    for s in unnamed:
+        assert OWN_DATES[name].get(s.path.target) == s.meta["plan"]["num_column"], s.question
+        assert any(w in s.question for w in ("When", "when", "date", "哪天", "哪一天", "什么时候", "日期")), s.question
+
+
 def test_question_words_never_ask_for_a_key(sample_built):
     _, ds, _ = sample_built
     worded = [s for s in ds.samples if s.meta.get("style") in ("where", "howmuch", "who") and s.path.hops == 0]
