@@ -84,8 +84,9 @@ whichever number comes first."""
 DATE_SHARE = 0.4
 """Share of the aggregates whose target has a date column (:func:`date_columns`) that ask for its
 earliest or latest date (``MIN``/``MAX``): "When was Ipoh Coffee last ordered?" is among the
-commonest questions people ask of a table with dates, and the sums and averages never taught it. Half of them take the table's own date
-(:func:`main_date`) when it has one, so that the question can leave the date unnamed."""
+commonest questions people ask of a table with dates, and the sums and averages never taught it.
+Half of them take the table's own date (:func:`main_date`) when it has one, so that the question
+can leave the date unnamed."""
 
 BARE_SHARE = 0.7
 """Share of the list questions over a join whose phrasing can drop its request for the column
@@ -445,7 +446,7 @@ def _style_verbs(style: str, anchor: Table, target: Table) -> tuple[Verb, ...]:
 
 _PRICE = re.compile(r"price|cost|amount|fee|charge|单价|价格|金额|费用|价", re.IGNORECASE)
 _PLACE = re.compile(r"city|country|address|region|state|province|location|城市|国家|地址|地区|省份|位置", re.IGNORECASE)
-_WHEN = re.compile(r"date|日期", re.IGNORECASE)
+_WHEN = re.compile(r"\bdate\b|日期", re.IGNORECASE)  # on humanized names: "order date", not "candidate"
 _PERSON = re.compile(r"contact|manager|representative|person|联系人|负责人|经理|代表", re.IGNORECASE)
 
 
@@ -461,7 +462,6 @@ def _column_text(schema: Schema, table: str, column: str) -> str:
     return " ".join((humanize(c.name), c.description, c.zh))
 
 
-_DATE_WORD = re.compile(r"\bdate\b|日期", re.IGNORECASE)
 _DATE_TYPE = re.compile(r"DATE|TIME", re.IGNORECASE)
 
 
@@ -479,7 +479,7 @@ def date_columns(schema: Schema, table: str) -> list[str]:
     t = schema.table(table)
     return [c.name for c in t.columns
             if not c.is_numeric and not _is_key(schema, table, c.name)
-            and (_DATE_TYPE.search(c.type) or _DATE_WORD.search(_column_text(schema, table, c.name)))]  # fmt: skip
+            and (_DATE_TYPE.search(c.type) or _WHEN.search(_column_text(schema, table, c.name)))]  # fmt: skip
 
 
 def main_date(schema: Schema, table: str, column: str) -> bool:
@@ -591,6 +591,8 @@ def natural_styles(family: str, path: JoinPath, plan: Plan, ctx: StageContext, l
     names = {c for c in ctx.profiles[path.anchor].names if (path.anchor, c) not in ctx.copy_columns}
     named = plan.entity_column in names
     place = bool(_PLACE.search(_column_text(schema, path.anchor, plan.entity_column)))
+    # "When was the latest order of X?": the date left unnamed is the table's own
+    own_date = plan.agg in ("MIN", "MAX") and main_date(schema, path.target, str(plan.num_column))
     out: list[tuple[str, float]] = []
     if path.hops == 0:
         if family == "lookup" and named:
@@ -607,7 +609,7 @@ def natural_styles(family: str, path: JoinPath, plan: Plan, ctx: StageContext, l
                 out.append(("who", 1.5))
         elif family in ("count", "agg", "filter") and place:
             out.append(("value", 1.0))
-            if family == "agg" and plan.agg in ("MIN", "MAX") and main_date(schema, path.target, str(plan.num_column)):
+            if own_date:
                 out.append(("date", 3.0))
     elif named:
         out.append(("value", 1.0))
@@ -631,8 +633,7 @@ def natural_styles(family: str, path: JoinPath, plan: Plan, ctx: StageContext, l
                 out.append((f"{kind}_actor", 6.0))
             if kind == "money" and any(v.base in _BUYER_VERBS for v in agent_verbs(a)):
                 out.append(("spend", 6.0))
-        if family == "agg" and plan.agg in ("MIN", "MAX") and main_date(schema, path.target, str(plan.num_column)):
-            # "When was the latest order of X?": the date nobody names is the table's own
+        if own_date:
             out.append(("date", 3.0))
     scope = "self" if path.hops == 0 else "join"
     return [(st, w) for st, w in out if templates_for(family, scope, language, st)]
