@@ -320,8 +320,12 @@ MAX_VALUES_SHOWN = 3
 def render_values(values: Sequence[ValueMatch], path: JoinPath | None) -> str:
     """The values a question names, as the literals a query must use (value linking).
 
-    Only values stored in a table of ``path`` are listed (all of them without a path), at most
-    :data:`MAX_VALUES_SHOWN`, one ``Table.column = 'value'`` each; ``""`` when there are none.
+    Only values stored in a table of ``path`` are listed (all of them without a path), one per
+    mention: a match whose words overlap those of a better one already listed is left out
+    ("Pavlova Ltd" is the supplier ``Pavlova, Ltd.``, not also the product ``Pavlova``; "Simons
+    bistro" is the customer, not also an order's ship name). ``values`` come best first, as
+    :meth:`core.values.ValueIndex.lookup` returns them. At most :data:`MAX_VALUES_SHOWN`, one
+    ``Table.column = 'value'`` each; ``""`` when there are none.
 
     >>> from core.values import ValueMatch
     >>> m = ValueMatch("Products", "ProductName", "Tunnbröd", 0.9, 0, 8, False)
@@ -330,7 +334,15 @@ def render_values(values: Sequence[ValueMatch], path: JoinPath | None) -> str:
     >>> render_values([m], JoinPath("Orders", (), "Orders"))
     ''
     """
-    on_route = [m for m in values if path is None or m.table in path.tables][:MAX_VALUES_SHOWN]
+    on_route: list[ValueMatch] = []
+    for m in values:
+        if path is not None and m.table not in path.tables:
+            continue
+        if any(m.start < k.end and k.start < m.end for k in on_route):  # the same words, read another way
+            continue
+        on_route.append(m)
+        if len(on_route) == MAX_VALUES_SHOWN:
+            break
     if not on_route:
         return ""
     shown = "; ".join(f"{sql_ident(m.table)}.{sql_ident(m.column)} = {_format_literal(m.value)}" for m in on_route)

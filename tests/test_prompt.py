@@ -140,3 +140,31 @@ def test_compact_schema_detail(shop):
     assert "Join skeleton: FROM" in compact and len(compact) < len(full)
     with pytest.raises(ConfigError, match="schema_detail"):
         build_prompt("q", ROUTE, schema, graph, [], schema_detail="tiny")
+
+
+def test_linked_values_list_one_value_per_mention():
+    from core.values import ValueMatch
+    from generator.prompt import render_values
+
+    question = "Pavlova Ltd 和 Simons bistro 的 Robert King"
+    ranked = [  # best first, as ValueIndex.lookup returns them
+        ValueMatch("Suppliers", "CompanyName", "Pavlova, Ltd.", 1.0, 0, 11, True, question),
+        ValueMatch("Customers", "CompanyName", "Simons bistro", 1.0, 14, 27, True, question),
+        ValueMatch("Employees", "FirstName", "Robert", 1.0, 30, 36, True, question),
+        ValueMatch("Employees", "LastName", "King", 1.0, 37, 41, True, question),
+        ValueMatch("Orders", "ShipName", "Simons bistro", 1.0, 14, 27, True, question),  # the same words
+        ValueMatch("Products", "ProductName", "Pavlova", 1.0, 0, 7, True, question),  # inside a better mention
+        ValueMatch("Customers", "ContactName", "Simon Crowther", 0.49, 14, 20, False, question),  # overlaps one
+    ]
+    everywhere = JoinPath("Suppliers", ("Products", "Order Details", "Orders"), "Customers")
+    assert render_values(ranked, everywhere) == (
+        "Values in the question: Suppliers.CompanyName = 'Pavlova, Ltd.'; Customers.CompanyName = 'Simons bistro'"
+    )
+    # off the route the better reading is not there, so the other one is the literal to use
+    assert render_values(ranked, JoinPath("Products", ("Order Details",), "Orders")) == (
+        "Values in the question: Orders.ShipName = 'Simons bistro'; Products.ProductName = 'Pavlova'"
+    )
+    assert render_values(ranked, None) == (
+        "Values in the question: Suppliers.CompanyName = 'Pavlova, Ltd.'; Customers.CompanyName = 'Simons bistro'; "
+        "Employees.FirstName = 'Robert'"
+    )
