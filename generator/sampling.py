@@ -240,8 +240,19 @@ def generate_answers(
             (for one prompt or for all) to decode freely.
 
     Returns:
-        One decoded answer per prompt, in the input order.
+        One decoded answer per prompt, in the input order. With greedy decoding a prompt that
+        repeats an earlier one with the same join clause is answered once and its answer copied
+        (an A/B's routed and gold conditions share every question whose route is right).
     """
+    if temperature == 0 and len(prompts) > 1:
+        first: dict[tuple[tuple[int, ...], str | None], int] = {}
+        keys = [(tuple(p), join_clauses[i] if join_clauses is not None else None) for i, p in enumerate(prompts)]
+        unique = [first.setdefault(k, len(first)) for k in keys]
+        if len(first) < len(prompts):
+            once = generate_answers(model, tokenizer, [list(k[0]) for k in first], max_new_tokens=max_new_tokens,
+                                    batch_size=batch_size, progress=progress,
+                                    join_clauses=None if join_clauses is None else [k[1] for k in first])  # fmt: skip
+            return [once[u] for u in unique]
     from core.progress import progress_bar
 
     order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))

@@ -161,6 +161,21 @@ def test_generate_answers_is_greedy_decoding_of_each_prompt_alone(tiny_model):
         assert answer == tok.decode(out[0, len(p):], skip_special_tokens=True)
 
 
+def test_generate_answers_answers_a_repeated_greedy_prompt_once(tiny_model, monkeypatch):
+    """An A/B's routed and gold conditions repeat the prompt of every rightly routed question:
+    greedy decoding generates it once and copies the answer; a new join clause makes it new."""
+    model, tok = load_generator(_lora_cfg(tiny_model))
+    a, b = list(range(100, 112)), list(range(300, 305))
+    alone = generate_answers(model, tok, [a, b], max_new_tokens=6, batch_size=4)
+    rows: list[int] = []
+    real = model.generate
+    monkeypatch.setattr(model, "generate", lambda **kw: rows.append(len(kw["input_ids"])) or real(**kw))
+    answers = generate_answers(model, tok, [a, b, a, a], max_new_tokens=6, batch_size=4,
+                               join_clauses=[None, None, None, "FROM t"])  # fmt: skip
+    assert rows == [3]  # a, b and (a, "FROM t")
+    assert answers[:3] == [alone[0], alone[1], alone[0]]
+
+
 # --------------------------------------------------------------------------- GRPO training
 
 
