@@ -19,7 +19,8 @@ from typing import Any
 import networkx as nx
 
 from core.errors import DataError, SchemaError
-from core.schema import ForeignKey, Schema, quote_ident
+from core.schema import ForeignKey, Schema
+from core.sqlite import sql_ident
 
 DEFAULT_MAX_HOPS = 3
 
@@ -216,22 +217,23 @@ class SchemaGraph:
         return [(t[i], t[i + 1], self.edge_fk(t[i], t[i + 1])) for i in range(len(t) - 1)]
 
     def from_clause(self, path: JoinPath) -> str:
-        """The ``FROM ... JOIN ... ON ...`` clause that walks ``path`` (identifiers quoted).
+        """The ``FROM ... JOIN ... ON ...`` clause that walks ``path``, identifiers quoted only where
+        SQLite needs it (:func:`core.sqlite.sql_ident`).
 
         >>> from core.schema import Schema, Table, Column, ForeignKey
         >>> s = Schema("s", (Table("a", (Column("id", primary_key=True),)),
         ...                  Table("b", (Column("id"), Column("a_id")))), (ForeignKey("b", "a_id", "a", "id"),))
         >>> SchemaGraph(s).from_clause(JoinPath("a", (), "b"))
-        'FROM "a" JOIN "b" ON "b"."a_id" = "a"."id"'
+        'FROM a JOIN b ON b.a_id = a.id'
         """
         t = path.tables
-        parts = [f"FROM {quote_ident(t[0])}"]
+        parts = [f"FROM {sql_ident(t[0])}"]
         for _left, right, fk in self.join_conditions(path):
             cond = (
-                f"{quote_ident(fk.table)}.{quote_ident(fk.column)} = "
-                f"{quote_ident(fk.ref_table)}.{quote_ident(fk.ref_column)}"
+                f"{sql_ident(fk.table)}.{sql_ident(fk.column)} = "
+                f"{sql_ident(fk.ref_table)}.{sql_ident(fk.ref_column)}"
             )
-            parts.append(f"JOIN {quote_ident(right)} ON {cond}")
+            parts.append(f"JOIN {sql_ident(right)} ON {cond}")
         return " ".join(parts)
 
     def skeleton(self, path: JoinPath) -> str:

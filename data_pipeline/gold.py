@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from core.graph import JoinPath, SchemaGraph
-from core.schema import quote_ident
+from core.sqlite import sql_ident
 
 AGGREGATE_FAMILIES = ("count", "agg")
 """Families whose gold SQL aggregates (one row)."""
@@ -95,8 +95,8 @@ def sql_literal(value: Any) -> str:
 
 
 def col(table: str, column: str) -> str:
-    """``"table"."column"``."""
-    return f"{quote_ident(table)}.{quote_ident(column)}"
+    """``table.column``, each quoted only where SQLite needs it (:func:`core.sqlite.sql_ident`)."""
+    return f"{sql_ident(table)}.{sql_ident(column)}"
 
 
 def gold_sql(graph: SchemaGraph, path: JoinPath, plan: Plan, value: Any = None, second: Any = None) -> str:
@@ -109,7 +109,7 @@ def gold_sql(graph: SchemaGraph, path: JoinPath, plan: Plan, value: Any = None, 
     ...                  Table("b", (Column("id", primary_key=True), Column("a_id"), Column("qty")))),
     ...            (ForeignKey("b", "a_id", "a", "id"),))
     >>> gold_sql(SchemaGraph(s), JoinPath("a", (), "b"), Plan("agg", "join", "name", num_column="qty", agg="SUM"), "x")
-    'SELECT SUM("b"."qty") FROM "a" JOIN "b" ON "b"."a_id" = "a"."id" WHERE "a"."name" = \\'x\\''
+    "SELECT SUM(b.qty) FROM a JOIN b ON b.a_id = a.id WHERE a.name = 'x'"
     """
     a, t = path.anchor, path.target
     if not plan.filtered:

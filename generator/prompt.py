@@ -49,7 +49,8 @@ from typing import TYPE_CHECKING, Any, Literal
 from core.errors import ConfigError
 from core.graph import JoinPath, SchemaGraph
 from core.samples import Sample
-from core.schema import Column, Schema, Table, quote_ident
+from core.schema import Column, Schema, Table
+from core.sqlite import sql_ident
 from core.values import ValueMatch
 
 if TYPE_CHECKING:
@@ -78,18 +79,6 @@ def check_schema_detail(value: str | None) -> None:
         raise ConfigError(f"must be one of {', '.join(SCHEMA_DETAILS)}, got {value!r}", where="--schema-detail")
 
 Message = dict[str, str]
-
-_PLAIN_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-
-
-def sql_ident(name: str) -> str:
-    """``name`` as written in SQL: bare when it is a plain identifier, else double-quoted.
-
-    >>> sql_ident("Orders"), sql_ident("Order Details")
-    ('Orders', '"Order Details"')
-    """
-    return name if _PLAIN_IDENT.fullmatch(name) else quote_ident(name)
-
 
 def render_completion(sql: str, reasoning: str | None) -> str:
     """The target text for one answer: the exact format :func:`generator.parsing.parse_answer` reads.

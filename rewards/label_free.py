@@ -70,7 +70,7 @@ import networkx as nx
 
 from core.errors import ConfigError
 from core.graph import JoinPath, SchemaGraph
-from core.schema import quote_ident
+from core.sqlite import sql_ident
 from core.values import ValueMatch
 
 COMPONENTS = ("legal", "value_anchor", "rows", "detour", "target_evidence")
@@ -157,14 +157,14 @@ def filtered_skeleton_sql(graph: SchemaGraph, path: JoinPath, match: ValueMatch 
     >>> g = SchemaGraph(Schema("s", (Table("a", (Column("id", primary_key=True), Column("n", "TEXT"))),
     ...     Table("b", (Column("id"), Column("a_id")))), (ForeignKey("b", "a_id", "a", "id"),)))
     >>> filtered_skeleton_sql(g, JoinPath("a", (), "b"), ValueMatch("a", "n", "x", 1.0, 0, 1, True))
-    'SELECT COUNT(*) FROM "a" JOIN "b" ON "b"."a_id" = "a"."id" WHERE "a"."n" = \\'x\\''
+    "SELECT COUNT(*) FROM a JOIN b ON b.a_id = a.id WHERE a.n = 'x'"
     """
     sql = graph.skeleton(path)
     if match is None:
         return sql
     if match.table != path.anchor:
         raise ValueError(f"value {match.value!r} is in table {match.table!r}, not in the anchor {path.anchor!r}")
-    return f"{sql} WHERE {quote_ident(match.table)}.{quote_ident(match.column)} = {sql_literal(match.value)}"
+    return f"{sql} WHERE {sql_ident(match.table)}.{sql_ident(match.column)} = {sql_literal(match.value)}"
 
 
 def detour_hops(graph: SchemaGraph, path: JoinPath) -> int:

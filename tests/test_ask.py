@@ -51,8 +51,8 @@ def test_a_query_that_already_aliased_t1_t2_gets_the_aliased_clause_and_runs(tmp
     graph = SchemaGraph(introspect(make_tiny_shop(tmp_path / "shop.sqlite")), max_hops=3)
     path = JoinPath("suppliers", ("products",), "categories")
     clause = graph.from_clause(path)
-    assert aliased_clause(clause) == ('FROM "suppliers" AS T1 JOIN "products" AS T2 ON T2."supplier_id" = T1."id" '
-                                      'JOIN "categories" AS T3 ON T2."category_id" = T3."id"')  # fmt: skip
+    assert aliased_clause(clause) == ("FROM suppliers AS T1 JOIN products AS T2 ON T2.supplier_id = T1.id "
+                                      "JOIN categories AS T3 ON T2.category_id = T3.id")  # fmt: skip
     decoded = []
     for select in ("SELECT DISTINCT T3.name FROM", 'SELECT DISTINCT "categories"."name" FROM'):
         ids = torch.tensor([tok.encode("<answer>\n" + select, add_special_tokens=False)])

@@ -25,6 +25,7 @@ from data_pipeline import BuildConfig, JoinPath, build_dataset, load_dataset
 from data_pipeline.backends.sqlite import connect_readonly, execute_readonly
 from data_pipeline.build import main
 from data_pipeline.entities import fuzz, fuzzable, matches_several
+from data_pipeline.gold import col
 from core.errors import ConfigError, Route2SQLError, SchemaError
 from data_pipeline.paraphrase import LLMParaphraser, RuleParaphraser
 from core.samples import Sample
@@ -756,7 +757,7 @@ def test_sample_database_totals_name_what_they_measure_not_the_table(sample_buil
     for s in measured:
         column = s.meta["plan"]["num_column"]
         assert (s.path.target, column) in MEASURED[name], s.question
-        assert s.sql.startswith(f'SELECT SUM("{s.path.target}"."{column}")'), s.sql
+        assert s.sql.startswith(f"SELECT SUM({col(s.path.target, column)})"), s.sql
         words = ("units", "件", "数量", "个") if column == "Quantity" else ("much", "amount", "钱", "金额", "消费")
         assert any(w in s.question for w in words), s.question
         assert ds.schema.table(s.path.target).zh not in s.question and "order detail" not in s.question.lower()
@@ -777,7 +778,7 @@ def test_sample_database_asks_for_earliest_and_latest_dates(sample_built):
         plan = s.meta["plan"]
         column = ds.schema.table(s.path.target).column(plan["num_column"])
         assert "DATE" in column.type.upper() or "date" in column.name.lower(), s.question
-        assert s.sql.startswith(f'SELECT {plan["agg"]}("{s.path.target}"."{column.name}")'), s.sql
+        assert s.sql.startswith(f"SELECT {plan['agg']}({col(s.path.target, column.name)})"), s.sql
         word = {"MIN": ("earliest", "最早"), "MAX": ("latest", "最近")}[plan["agg"]]
         assert any(w in s.question.lower() for w in word), s.question
     # the questions that leave the date unnamed ask for the table's own date, never a birth or ship date
@@ -823,7 +824,7 @@ def test_list_questions_that_name_no_column_return_the_target_name(sample_built)
         if expected is not None:
             assert columns == expected, (s.question, columns)
             seen.add(s.path.target)
-        select = ", ".join(f'"{s.path.target}"."{c}"' for c in columns)
+        select = ", ".join(col(s.path.target, c) for c in columns)
         assert s.sql.startswith(f"SELECT DISTINCT {select} FROM"), s.sql
         table = ds.schema.table(s.path.target)
         for c in columns:

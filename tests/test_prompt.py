@@ -42,7 +42,7 @@ def test_routed_prompt_shows_only_the_path(shop):
     assert "  - quantity INTEGER" in final
     assert "'Alice Martin'" in final  # sample values of customers.name
     assert "(3 rows)" in final  # customers row count
-    assert 'Join skeleton: FROM "customers" JOIN "orders" ON "orders"."customer_id" = "customers"."id" ' in final
+    assert "Join skeleton: FROM customers JOIN orders ON orders.customer_id = customers.id " in final
     assert "Route: customers -> orders -> order items" in final
     assert final.endswith("Question: How many items did Carla Diaz order?")
     # the path tables come in route order

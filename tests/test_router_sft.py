@@ -135,7 +135,7 @@ def test_saved_router_reloads_bit_identically_and_routes_the_same(trained: SFTRe
     r = again[2]
     assert r.prob == pytest.approx(r.anchor_prob * r.via_prob * r.target_prob, rel=1e-4)
     assert r.top_k[0] == (r.path, r.prob) and len(r.top_k) == 3
-    assert r.skeleton.startswith('SELECT COUNT(*) FROM "customers" JOIN "orders"')
+    assert r.skeleton.startswith("SELECT COUNT(*) FROM customers JOIN orders")
 
 
 def _shop_with_reviews(path: Path) -> Path:
