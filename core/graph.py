@@ -20,7 +20,7 @@ import networkx as nx
 
 from core.errors import DataError, SchemaError
 from core.schema import ForeignKey, Schema
-from core.sqlite import sql_ident
+from core.sqlite import quote_ident, sql_ident
 
 DEFAULT_MAX_HOPS = 3
 
@@ -216,24 +216,28 @@ class SchemaGraph:
         t = path.tables
         return [(t[i], t[i + 1], self.edge_fk(t[i], t[i + 1])) for i in range(len(t) - 1)]
 
-    def from_clause(self, path: JoinPath) -> str:
+    def from_clause(self, path: JoinPath, *, quote_all: bool = False) -> str:
         """The ``FROM ... JOIN ... ON ...`` clause that walks ``path``, identifiers quoted only where
-        SQLite needs it (:func:`core.sqlite.sql_ident`).
+        SQLite needs it (:func:`core.sqlite.sql_ident`), or every one with ``quote_all`` (as the
+        gold queries of data sets built before 2026-12-03 wrote them).
 
         >>> from core.schema import Schema, Table, Column, ForeignKey
         >>> s = Schema("s", (Table("a", (Column("id", primary_key=True),)),
         ...                  Table("b", (Column("id"), Column("a_id")))), (ForeignKey("b", "a_id", "a", "id"),))
         >>> SchemaGraph(s).from_clause(JoinPath("a", (), "b"))
         'FROM a JOIN b ON b.a_id = a.id'
+        >>> SchemaGraph(s).from_clause(JoinPath("a", (), "b"), quote_all=True)
+        'FROM "a" JOIN "b" ON "b"."a_id" = "a"."id"'
         """
+        ident = quote_ident if quote_all else sql_ident
         t = path.tables
-        parts = [f"FROM {sql_ident(t[0])}"]
+        parts = [f"FROM {ident(t[0])}"]
         for _left, right, fk in self.join_conditions(path):
             cond = (
-                f"{sql_ident(fk.table)}.{sql_ident(fk.column)} = "
-                f"{sql_ident(fk.ref_table)}.{sql_ident(fk.ref_column)}"
+                f"{ident(fk.table)}.{ident(fk.column)} = "
+                f"{ident(fk.ref_table)}.{ident(fk.ref_column)}"
             )
-            parts.append(f"JOIN {sql_ident(right)} ON {cond}")
+            parts.append(f"JOIN {ident(right)} ON {cond}")
         return " ".join(parts)
 
     def skeleton(self, path: JoinPath) -> str:

@@ -400,7 +400,8 @@ def run_generation(
         for c, paths in paths_by_condition.items()
     }  # fmt: skip
     clauses_by_condition = {
-        c: [ds.graph.from_clause(p) if cfg.constrained and p is not None else None for p in paths]
+        c: [ds.graph.from_clause(p, quote_all=ps.quote_all_identifiers) if cfg.constrained and p is not None else None
+            for p in paths]
         for c, paths in paths_by_condition.items()
     }
     # one greedy pass over every condition: a question whose routed path is the gold one has the

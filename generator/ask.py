@@ -213,9 +213,10 @@ class AskPipeline:
             linked = values.lookup(questions[i]) if values is not None and self.prompt.value_linking else []
             messages = build_prompt(questions[i], r.path, self.router.schema, self.router.graph, [], k=0,
                                     with_reasoning=self.prompt.with_reasoning, schema_detail=self.prompt.schema_detail,
-                                    values=linked)  # fmt: skip
+                                    values=linked, quote_all=self.prompt.quote_all_identifiers)  # fmt: skip
             ids = prompt_token_ids(self.tokenizer, messages)
-            clause = self.router.graph.from_clause(r.path) if self.constrained else None
+            quote_all = self.prompt.quote_all_identifiers
+            clause = self.router.graph.from_clause(r.path, quote_all=quote_all) if self.constrained else None
             for _ in range(self.samples):
                 prompts.append(ids)
                 clauses.append(clause)

@@ -41,10 +41,12 @@ The prompt is deterministic: same inputs, same messages.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
+
+import tyro
 
 from core.errors import ConfigError
 from core.graph import JoinPath, SchemaGraph
@@ -237,6 +239,11 @@ class PromptSettings:
     """Routed tables with types, descriptions and sample values (full), or as Table(col, ...) lines (compact, ~3x fewer tokens)."""
     value_linking: bool = True
     """List the database values the question names (the data set's value index) as the literals to use."""
+    quote_all_identifiers: tyro.conf.Suppress[bool] = False
+    """Write every name in the join skeleton (in the prompt, and the forced FROM clause) double-quoted.
+    Not an option: ``generator.train_sft`` sets it when the data set's gold queries quote every name
+    (data sets built before 2026-12-03), so the model is asked in the style it learned; a folder
+    that records no value predates the change, so it stays on."""
 
     def __post_init__(self) -> None:
         if self.k_examples < 0:
@@ -250,11 +257,12 @@ class PromptSettings:
     @classmethod
     def from_recorded(cls, recorded: dict[str, Any], **overrides: Any) -> PromptSettings:
         """Settings from a generator folder's recorded ``prompt`` dict; ``overrides`` that are not
-        None win. A folder that records no ``value_linking`` predates it, so it stays off; any
+        None win. A folder that records no ``value_linking`` predates it, so it stays off (and one
+        without ``quote_all_identifiers`` was trained on fully quoted SQL, so it stays on); any
         other key the folder does not record takes the dataclass default; unknown keys (such as
         ``path``) are ignored."""
         known = {f.name for f in fields(cls)}
-        values = {"value_linking": False} | {k: v for k, v in recorded.items() if k in known}
+        values = {"value_linking": False, "quote_all_identifiers": True} | {k: v for k, v in recorded.items() if k in known}
         values |= {k: v for k, v in overrides.items() if v is not None and k in known}
         return cls(**values)
 
@@ -297,9 +305,23 @@ class PromptOverrides:
         """``settings`` with every given override in place.
 
         >>> PromptOverrides(k_examples=0).apply(PromptSettings(k_examples=3, with_reasoning=False))
-        PromptSettings(k_examples=0, with_reasoning=False, schema_detail='full', value_linking=True)
+        PromptSettings(k_examples=0, with_reasoning=False, schema_detail='full', value_linking=True, quote_all_identifiers=False)
         """
         return replace(settings, **self.given())
+
+
+_QUOTED_TABLE = re.compile(r'\b(?:FROM|JOIN)\s+"([A-Za-z_][A-Za-z0-9_]*)"', re.IGNORECASE)
+
+
+def quotes_every_identifier(sqls: Iterable[str]) -> bool:
+    """True when the gold queries ``sqls`` double-quote names that need no quotes (``FROM "Orders"``),
+    as data sets built before 2026-12-03 wrote them; their generators keep that style
+    (:attr:`PromptSettings.quote_all_identifiers`).
+
+    >>> quotes_every_identifier(['SELECT "a"."x" FROM "a"']), quotes_every_identifier(['SELECT x FROM "Order Details"'])
+    (True, False)
+    """
+    return any(sql_ident(m) == m for sql in sqls for m in _QUOTED_TABLE.findall(sql))
 
 
 MAX_VALUES_SHOWN = 3
@@ -343,10 +365,10 @@ def _format_literal(value: str) -> str:
 
 
 def _question_block(
-    question: str, path: JoinPath | None, graph: SchemaGraph, values: Sequence[ValueMatch] = ()
+    question: str, path: JoinPath | None, graph: SchemaGraph, values: Sequence[ValueMatch] = (), quote_all: bool = False
 ) -> str:
     linked = render_values(values, path)
-    lines = [] if path is None else [f"Route: {path}", f"Join skeleton: {graph.from_clause(path)}"]
+    lines = [] if path is None else [f"Route: {path}", f"Join skeleton: {graph.from_clause(path, quote_all=quote_all)}"]
     if linked:
         lines.append(linked)
     lines.append(f"Question: {question}")
@@ -364,6 +386,7 @@ def build_prompt(
     with_reasoning: bool = True,
     schema_detail: str = "full",
     values: Sequence[ValueMatch] = (),
+    quote_all: bool = False,
 ) -> list[Message]:
     """Chat messages asking for the SQL of ``question`` (layout in the module docstring).
 
@@ -382,6 +405,8 @@ def build_prompt(
             Northwind, for cheap CPU runs). Ignored for ``path=None``, which is always compact.
         values: the database values the question names (:meth:`core.values.ValueIndex.lookup`),
             listed as the literals to use (:func:`render_values`); examples get none.
+        quote_all: write every name in the join skeletons double-quoted
+            (:attr:`PromptSettings.quote_all_identifiers`).
 
     Returns:
         ``[{"role": "system" | "user" | "assistant", "content": str}, ...]``: one system
@@ -399,7 +424,7 @@ def build_prompt(
     shown = list(examples[:k])[::-1]  # the most similar example sits next to the real question
     for ex in shown:
         ex_path = ex.path if path is not None else None
-        messages.append({"role": "user", "content": _question_block(ex.question, ex_path, graph)})
+        messages.append({"role": "user", "content": _question_block(ex.question, ex_path, graph, quote_all=quote_all)})
         reasoning = path_reasoning(ex.path) if with_reasoning else None
         messages.append({"role": "assistant", "content": render_completion(ex.sql, reasoning)})
     if path is None:
@@ -408,7 +433,7 @@ def build_prompt(
         context = f"Tables on the route:\n{render_compact_schema(schema, path.tables)}"
     else:
         context = f"Tables on the route:\n{render_path_schema(schema, path, question_language(question))}"
-    messages.append({"role": "user", "content": f"{context}\n\n{_question_block(question, path, graph, values)}"})
+    messages.append({"role": "user", "content": f"{context}\n\n{_question_block(question, path, graph, values, quote_all)}"})
     return messages
 
 
@@ -438,7 +463,7 @@ def sample_messages(
     examples = retriever.for_sample(sample, k) if retriever is not None and k > 0 else []
     values = ds.values.lookup(sample.question) if prompt.value_linking and ds.values is not None else []
     return build_prompt(sample.question, path, ds.schema, ds.graph, examples, k=k, with_reasoning=prompt.with_reasoning,
-                        schema_detail=prompt.schema_detail, values=values)  # fmt: skip
+                        schema_detail=prompt.schema_detail, values=values, quote_all=prompt.quote_all_identifiers)  # fmt: skip
 
 
 def route_paths(samples: Sequence[Sample], router_dir: Path | None, ds: BuiltDataset) -> list[JoinPath]:

@@ -19,7 +19,7 @@ import math
 import random
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -33,7 +33,7 @@ from core.progress import progress_bar
 from core.samples import Sample
 from generator.config import GeneratorSFTConfig, config_to_dict
 from generator.folders import load_policy, save_generator
-from generator.prompt import PromptSettings, prompt_token_ids, sample_messages
+from generator.prompt import PromptSettings, prompt_token_ids, quotes_every_identifier, sample_messages
 from generator.prompt import path_reasoning, render_completion
 from generator.retrieval import ExampleRetriever
 
@@ -158,6 +158,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     train = ds.split("train")
     if not train:
         raise DataError("the data set has no training samples", where=cfg.data)
+    # a data set built before 2026-12-03 quotes every name in its gold queries: the join skeleton
+    # in the prompt (and the FROM clause forced later) is written the same way
+    cfg = replace(cfg, prompt=replace(cfg.prompt, quote_all_identifiers=quotes_every_identifier(s.sql for s in train)))
     pool = list(train)
     if cfg.max_train_samples is not None and cfg.max_train_samples < len(pool):
         pool = rng.sample(pool, cfg.max_train_samples)

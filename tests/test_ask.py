@@ -129,7 +129,8 @@ def chain(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         if float(loss) < 0.01:
             break
     save_generator(root / "gen", model, tok, {"base_model": str(tiny), "prompt": {"k_examples": 0, "with_reasoning": False,
-                                                                                  "schema_detail": "compact"}})  # fmt: skip
+                                                                                  "schema_detail": "compact",
+                                                                                  "quote_all_identifiers": False}})  # fmt: skip
     return {"root": root, "db": db, "router": root / "router", "generator": root / "gen", "sql": sql}
 
 

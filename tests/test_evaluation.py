@@ -185,13 +185,13 @@ def test_ab_prompts_follow_a_trained_generator_unless_told_otherwise(tmp_path: P
     gen.mkdir()
     (gen / "route2sql_generator.json").write_text(json.dumps(
         {"prompt": {"k_examples": 0, "with_reasoning": False, "schema_detail": "compact"}}), encoding="utf-8")
-    # a folder that records no value_linking predates it: off
-    assert prompt_settings(ABConfig(data="d", generator=str(gen))) == PromptSettings(0, False, "compact", False)
+    # a folder that records no value_linking predates it: off; nor quote_all_identifiers: its SQL quoted every name
+    assert prompt_settings(ABConfig(data="d", generator=str(gen))) == PromptSettings(0, False, "compact", False, True)
     given = PromptOverrides(k_examples=2, schema_detail="full")
-    assert prompt_settings(ABConfig(data="d", generator=str(gen), prompt=given)) == PromptSettings(2, False, "full", False)
+    assert prompt_settings(ABConfig(data="d", generator=str(gen), prompt=given)) == PromptSettings(2, False, "full", False, True)
     # the settings after ? in --generators apply, and the command line's win over them
     assert prompt_settings(ABConfig(data="d", prompt=given), str(gen), {"k_examples": 4, "value_linking": True}) == \
-        PromptSettings(2, False, "full", True)
+        PromptSettings(2, False, "full", True, True)
     # a base model (no trained-generator meta): 2 examples, reasoning, full schema, linked values
     assert prompt_settings(ABConfig(data="d")) == PromptSettings(2, True, "full", True)
     (gen / "route2sql_generator.json").write_text("{not json", encoding="utf-8")

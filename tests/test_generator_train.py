@@ -19,8 +19,8 @@ from conftest import make_tiny_shop
 from data_pipeline import BuildConfig, build_dataset, load_dataset
 from core.errors import ConfigError, Route2SQLError
 from generator.config import GRPOConfig
-from generator.prompt import PromptOverrides
-from generator.folders import load_policy, save_generator
+from generator.prompt import PromptOverrides, sample_messages
+from generator.folders import load_policy, prompt_settings_for, save_generator
 from generator.logprobs import completion_logprobs, selective_log_softmax
 from generator.sampling import completion_mask, generate_answers, merged_lora, sample_group
 from generator.generate import main as generate_main
@@ -344,7 +344,8 @@ def test_train_sft_lowers_the_loss_and_saves_a_loadable_model(tiny_model, tiny_d
     base, _ = load_generator(ModelConfig(model=str(tiny_model), use_lora=False))
     assert not torch.equal(model.get_input_embeddings().weight, base.get_input_embeddings().weight)
     # inference prompts the way the model was trained unless told otherwise
-    trained = {"k_examples": 0, "with_reasoning": False, "schema_detail": "compact", "value_linking": True}
+    trained = {"k_examples": 0, "with_reasoning": False, "schema_detail": "compact", "value_linking": True,
+               "quote_all_identifiers": False}  # fmt: skip
     assert meta["prompt"] == trained | {"path": "gold"}
     gen = ["--data", str(tiny_data), "--generator", str(out), "--use-lora", "False", "--split", "train", "--limit", "1",
            "--max-new-tokens", "2", "--progress", "False"]  # fmt: skip
@@ -357,6 +358,30 @@ def test_train_sft_lowers_the_loss_and_saves_a_loadable_model(tiny_model, tiny_d
     grpo_meta = json.loads((grpo.out / "final" / "route2sql_generator.json").read_text())
     assert grpo_meta["prompt"] == trained | {"path": "gold"}
     assert grpo_meta["config"]["reward"]["require_reasoning"] is False
+
+
+def test_train_sft_on_a_data_set_with_fully_quoted_gold_sql_keeps_that_style(tiny_model, tiny_data, tmp_path):
+    """Data sets built before 2026-12-03 wrote "Orders"."OrderID": the warm start records it, and
+    its join skeletons (prompt and forced FROM clause) are then written fully quoted too."""
+    import shutil
+
+    import sqlglot
+
+    old = tmp_path / "old_data"
+    shutil.copytree(tiny_data, old)
+    rows = [json.loads(line) for line in (old / "samples.jsonl").read_text(encoding="utf-8").splitlines()]
+    for r in rows:
+        r["sql"] = sqlglot.transpile(r["sql"], read="sqlite", write="sqlite", identify=True)[0]
+    (old / "samples.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    out = tmp_path / "sft_old"
+    sft_main(["--data", str(old), "--out", str(out), "--model", str(tiny_model), "--use-lora", "False", "--max-train-samples",
+              "2", "--batch-size", "2", "--max-steps", "1", "--k-examples", "0", "--progress", "False"])  # fmt: skip
+    settings = prompt_settings_for(out)
+    assert settings.quote_all_identifiers is True
+    ds = load_dataset(old)
+    sample = next(s for s in ds.split("train") if s.path.hops > 0)
+    prompt = sample_messages(sample, ds, None, path=sample.path, prompt=settings)[-1]["content"]
+    assert f'Join skeleton: {ds.graph.from_clause(sample.path, quote_all=True)}' in prompt and 'FROM "' in prompt
 
 
 def test_generate_cli_answers_and_scores_a_split(tiny_model, tiny_data, tmp_path):

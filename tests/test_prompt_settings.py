@@ -23,13 +23,24 @@ def _folder(tmp_path, prompt):
 def test_a_trained_folder_is_prompted_as_it_was_trained(tmp_path):
     gen = _folder(tmp_path, {"k_examples": 0, "with_reasoning": False, "schema_detail": "compact",
                              "value_linking": True, "path": "router"})  # fmt: skip
-    assert prompt_settings_for(gen) == PromptSettings(0, False, "compact", True)
-    assert prompt_settings_for(gen, PromptOverrides(schema_detail="full")) == PromptSettings(0, False, "full", True)
+    assert prompt_settings_for(gen) == PromptSettings(0, False, "compact", True, quote_all_identifiers=True)
+    assert prompt_settings_for(gen, PromptOverrides(schema_detail="full")) == PromptSettings(0, False, "full", True, True)
+
+
+def test_a_folder_trained_on_fully_quoted_sql_is_asked_in_that_style(tmp_path):
+    """Folders from before 2026-12-03 record no quote_all_identifiers: their gold SQL quoted every name."""
+    old = _folder(tmp_path, {"k_examples": 0, "with_reasoning": False, "schema_detail": "compact", "value_linking": True})
+    assert prompt_settings_for(old).quote_all_identifiers is True
+    new = tmp_path / "new"
+    new.mkdir()
+    (new / GENERATOR_META).write_text(json.dumps({"base_model": "x", "prompt": PromptSettings(k_examples=0).to_dict()}))
+    assert prompt_settings_for(new).quote_all_identifiers is False
+    assert prompt_settings_for(None).quote_all_identifiers is False
 
 
 def test_a_folder_from_before_value_linking_keeps_it_off(tmp_path):
     gen = _folder(tmp_path, {"k_examples": 3, "with_reasoning": True, "schema_detail": "full"})
-    assert prompt_settings_for(gen) == PromptSettings(3, True, "full", False)
+    assert prompt_settings_for(gen) == PromptSettings(3, True, "full", False, True)
 
 
 def test_a_base_model_gets_the_untrained_prompt():
