@@ -406,13 +406,13 @@ def run_generation(
     }
     # one greedy pass over every condition: a question whose routed path is the gold one has the
     # same prompt in both conditions and is answered once (generate_answers drops repeats)
+    all_prompts = [p for ids in prompts_by_condition.values() for p in ids]
+    all_clauses = [c for cs in clauses_by_condition.values() for c in cs]
     t0 = time.perf_counter()
-    greedy = generate_answers(model, tokenizer, [p for ids in prompts_by_condition.values() for p in ids],
-                              max_new_tokens=cfg.max_new_tokens, batch_size=cfg.batch_size, progress=cfg.progress,
-                              join_clauses=[c for cs in clauses_by_condition.values() for c in cs])  # fmt: skip
-    n_unique = len({(tuple(p), c) for ids, cs in zip(prompts_by_condition.values(), clauses_by_condition.values())
-                    for p, c in zip(ids, cs)})  # fmt: skip
-    greedy_ms = 1000 * (time.perf_counter() - t0) / max(1, n_unique)
+    greedy = generate_answers(model, tokenizer, all_prompts, max_new_tokens=cfg.max_new_tokens, batch_size=cfg.batch_size,
+                              progress=cfg.progress, join_clauses=all_clauses)  # fmt: skip
+    n_distinct = len(set(zip(map(tuple, all_prompts), all_clauses, strict=True)))
+    greedy_ms = 1000 * (time.perf_counter() - t0) / max(1, n_distinct)
     for k, (condition, paths) in enumerate(paths_by_condition.items()):
         prompts, clauses = prompts_by_condition[condition], clauses_by_condition[condition]
         answers = greedy[k * len(samples) : (k + 1) * len(samples)]

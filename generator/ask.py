@@ -215,8 +215,7 @@ class AskPipeline:
                                     with_reasoning=self.prompt.with_reasoning, schema_detail=self.prompt.schema_detail,
                                     values=linked, quote_all=self.prompt.quote_all_identifiers)  # fmt: skip
             ids = prompt_token_ids(self.tokenizer, messages)
-            quote_all = self.prompt.quote_all_identifiers
-            clause = self.router.graph.from_clause(r.path, quote_all=quote_all) if self.constrained else None
+            clause = self.router.graph.from_clause(r.path, quote_all=self.prompt.quote_all_identifiers) if self.constrained else None
             for _ in range(self.samples):
                 prompts.append(ids)
                 clauses.append(clause)

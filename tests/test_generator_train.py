@@ -176,6 +176,32 @@ def test_generate_answers_answers_a_repeated_greedy_prompt_once(tiny_model, monk
     assert answers[:3] == [alone[0], alone[1], alone[0]]
 
 
+def test_ab_generation_answers_a_question_shared_by_two_conditions_once(tiny_model, tiny_data, tmp_path, monkeypatch):
+    """Routed == gold for every question: one greedy pass, each prompt generated once, the same SQL in both."""
+    from evaluation.ab import ABConfig, prompt_settings, run_generation
+
+    ds = load_dataset(tiny_data)
+    samples = ds.split("test")[:3]
+    cfg = ABConfig(data=str(tiny_data), out=str(tmp_path / "ab"), methods=(), generator=str(tiny_model),
+                   conditions=("routed", "gold"), max_new_tokens=4, batch_size=8, progress=False)  # fmt: skip
+    rows: list[int] = []
+    real = generate_answers
+
+    def counting(model, tokenizer, prompts, **kw):
+        rows.append(len(prompts))
+        return real(model, tokenizer, prompts, **kw)
+
+    monkeypatch.setattr("generator.sampling.generate_answers", counting)
+    paths = [s.path for s in samples]
+    ps = prompt_settings(cfg, str(tiny_model), {"k_examples": 0})
+    metrics, by_condition = run_generation(cfg, ds, samples, {"routed": paths, "gold": paths}, ps, str(tiny_model))
+    assert rows[0] == 2 * len(samples)  # both conditions in one call ...
+    assert rows[1:] == [len(samples)]  # ... which generates each distinct prompt once
+    assert [r["pred_sql"] for r in by_condition["routed"]] == [r["pred_sql"] for r in by_condition["gold"]]
+    for key in ("execution_accuracy", "execution_success", "n"):
+        assert metrics["routed"][key] == metrics["gold"][key]
+
+
 # --------------------------------------------------------------------------- GRPO training
 
 
