@@ -18,29 +18,13 @@ The pairs of all data sets are pooled into one union per split, on which the exa
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from core.cli import parse, run_main
 from core.errors import ConfigError
-
-
-def exact_mcnemar(b: int, c: int) -> float:
-    """Two-sided exact McNemar p-value from the discordant counts ``b`` and ``c``.
-
-    >>> exact_mcnemar(0, 0), round(exact_mcnemar(1, 9), 4), round(exact_mcnemar(5, 5), 4)
-    (1.0, 0.0215, 1.0)
-    """
-    if b < 0 or c < 0:
-        raise ValueError(f"counts must be >= 0, got b={b}, c={c}")
-    n = b + c
-    if n == 0:
-        return 1.0
-    k = min(b, c)
-    tail = sum(math.comb(n, i) for i in range(k + 1)) / 2**n
-    return min(1.0, 2.0 * tail)
+from evaluation.paired import exact_mcnemar
 
 
 @dataclass

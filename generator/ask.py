@@ -6,7 +6,8 @@
 The chain the project is about, for one question at a time or a file of them:
 
 1. the router predicts the join path and says how sure it is (calibrated confidence, the
-   alternatives when it is unsure) and which database values the question names;
+   alternatives when it is unsure) and which database values the question names; with
+   ``--rerank-model`` a language model rescores its five best routes (:mod:`generator.rerank`);
 2. the generator writes the SQL from a prompt built as it was trained (:class:`~generator.prompt.PromptSettings`
    recorded in its folder), with the linked values as literals; by default the ``FROM ... JOIN``
    clause is the routed path's (:mod:`generator.constrained`), and with ``--samples N`` the
@@ -45,6 +46,7 @@ from generator.prompt import prompt_token_ids
 from generator.sampling import generate_answers
 from generator.models import ModelConfig
 from generator.prompt import PromptOverrides, PromptSettings, build_prompt
+from generator.rerank import RerankConfig, RouteReranker, training_examples
 from rewards.answer import parse_answer
 
 SHOWN_ROWS = 10
@@ -119,12 +121,14 @@ class AskPipeline:
         max_new_tokens: tokens per generated answer at most.
         timeout_s: seconds each query may run.
         max_rows: rows kept per answer.
+        reranker: when given, the router's best routes are rescored by this language model
+            (:class:`generator.rerank.RouteReranker`) and the query follows its pick.
     """
 
     def __init__(self, router: Any, model: torch.nn.Module, tokenizer: Any, db_path: str | Path, *,
                  prompt: PromptSettings | None = None, constrained: bool = True, samples: int = 1,
                  temperature: float = 0.7, max_new_tokens: int = 192, timeout_s: float = 5.0,
-                 max_rows: int = 100) -> None:  # fmt: skip
+                 max_rows: int = 100, reranker: Any = None) -> None:  # fmt: skip
         if samples < 1:
             raise ConfigError(f"must be >= 1, got {samples}", where="--samples")
         self.router = router
@@ -137,14 +141,17 @@ class AskPipeline:
         self.temperature = temperature
         self.max_new_tokens = max_new_tokens
         self.max_rows = max_rows
+        self.reranker = reranker
         self.executor = SQLiteExecutor(timeout_s=timeout_s, max_rows=max_rows)
 
     @classmethod
     def from_pretrained(cls, router_dir: str | Path, generator_dir: str | Path, db: str | Path | None = None,
-                        **options: Any) -> AskPipeline:  # fmt: skip
+                        rerank: RerankConfig | None = None, **options: Any) -> AskPipeline:  # fmt: skip
         """Load a router folder and a trained generator folder (or a base model name) for ``db``.
 
-        ``db`` defaults to the database the router's schema was read from. ``options`` go to
+        ``db`` defaults to the database the router's schema was read from. ``rerank``, when
+        given, loads its language model to rescore the router's routes (the prompt's examples
+        are the router's training questions when their folder is still there). ``options`` go to
         the constructor; ``prompt`` defaults to the generator folder's recorded settings.
 
         Raises:
@@ -168,6 +175,11 @@ class AskPipeline:
                 model, tokenizer, _ = load_policy(ModelConfig(), gen)
             else:  # a base model: a name or a causal-LM folder
                 model, tokenizer, _ = load_policy(ModelConfig(model=str(generator_dir)))
+            if rerank is not None:
+                try:
+                    options["reranker"] = RouteReranker.from_pretrained(router, rerank, training_examples(router))
+                except ConfigError as exc:
+                    raise ConfigError(exc.message, where="--rerank-model") from exc
         # as the generator was trained, without retrieved examples (ask has no training split to draw from)
         options.setdefault("prompt", prompt_settings_for(gen, PromptOverrides(k_examples=0)))
         return cls(router, model, tokenizer, db_path, **options)
@@ -202,13 +214,17 @@ class AskPipeline:
                 answers[i].error = exc.message
         if not routable:
             return answers
-        routes = self.router.route_batch([questions[i] for i in routable], top_k=3)
+        if self.reranker is not None:
+            routes = self.router.route_batch([questions[i] for i in routable], top_k=max(3, self.reranker.config.top_k))
+            routes = [r.route for r in self.reranker.rerank(routes)]
+        else:
+            routes = self.router.route_batch([questions[i] for i in routable], top_k=3)
         values = self.router.policy.space.values
         prompts, clauses, owners = [], [], []
         for i, r in zip(routable, routes, strict=True):
             a = answers[i]
             a.path, a.confidence, a.uncertain = r.path, r.confidence, r.uncertain
-            a.alternatives = [(p, c) for (p, _), c in zip(r.top_k[1:], r.top_k_confidence[1:], strict=True)]
+            a.alternatives = [(p, c) for (p, _), c in zip(r.top_k[1:3], r.top_k_confidence[1:3], strict=True)]
             a.values = list(r.values)
             linked = values.lookup(questions[i]) if values is not None and self.prompt.value_linking else []
             messages = build_prompt(questions[i], r.path, self.router.schema, self.router.graph, [], k=0,
@@ -285,6 +301,8 @@ class AskConfig:
     """Rows kept per answer."""
     timeout_s: float = 5.0
     """Seconds each query may run."""
+    rerank_model: str | None = None
+    """Rescore the router's five best routes with this language model before writing the query: Qwen2.5-Coder-1.5B-Instruct, SmolLM2-135M-Instruct or a local model folder (slower: a few seconds per question on a CPU)."""
     threads: int = 0
     """Torch CPU threads (0: all cores)."""
 
@@ -349,7 +367,8 @@ def main(argv: Sequence[str] | None = None) -> list[Answer]:
         records = [rec for _, rec in numbered]
     questions = [r["question"] for r in records] if records else list(cfg.questions)
     try:
-        pipe = AskPipeline.from_pretrained(cfg.router, cfg.generator, cfg.db, constrained=cfg.constrained,
+        rerank = RerankConfig(model=cfg.rerank_model) if cfg.rerank_model is not None else None
+        pipe = AskPipeline.from_pretrained(cfg.router, cfg.generator, cfg.db, rerank=rerank, constrained=cfg.constrained,
                                            samples=cfg.samples, max_new_tokens=cfg.max_new_tokens,
                                            timeout_s=cfg.timeout_s, max_rows=cfg.max_rows)  # fmt: skip
     except CheckpointError as exc:

@@ -142,6 +142,25 @@ def test_ask_returns_route_sql_and_rows(chain: dict[str, Path]) -> None:
     assert a.columns == ["name"] and a.rows == [["Seafood"]]
 
 
+def test_ask_with_a_reranker_follows_its_pick(chain: dict[str, Path]) -> None:
+    """With a reranker the query is written for the reranked route; weights that ignore the
+    language model keep the router's route, so the answer is the plain one."""
+    from generator.rerank import RerankConfig
+
+    keep = RerankConfig(model=DEFAULT_GENERATOR, top_k=3, forward_weight=0.0, channel_weight=0.0)
+    with AskPipeline.from_pretrained(chain["router"], chain["generator"], chain["db"], rerank=keep) as pipe:
+        assert pipe.reranker is not None and pipe.reranker.examples  # the router's training folder is still there
+        a = pipe.ask(QUESTION)
+        assert a.path == GOLD and a.sql == chain["sql"] and a.rows == [["Seafood"]]
+        routed = pipe.router.route(QUESTION, top_k=3)
+        # the language model alone picks among the router's three best; the query follows it
+        pipe.reranker.config = RerankConfig(model=DEFAULT_GENERATOR, top_k=3, forward_weight=1.0, channel_weight=1e6)
+        pick = pipe.reranker.rerank([routed])[0].route.path
+        b = pipe.ask(QUESTION)
+    assert pick in [p for p, _ in routed.top_k]
+    assert b.path == pick and b.sql is not None and pipe.router.graph.from_clause(pick) in b.sql
+
+
 def test_ask_reports_bad_questions_in_the_answer_not_as_an_exception(chain: dict[str, Path]) -> None:
     with AskPipeline.from_pretrained(chain["router"], chain["generator"], chain["db"]) as pipe:
         empty, long = pipe.ask_batch(["   ", "word " * 200])
@@ -219,6 +238,8 @@ def test_bad_input_on_the_command_line_is_one_line_exit_2(chain: dict[str, Path]
         (["--router", str(tmp_path), "--generator", str(chain["generator"]), "q"], "router checkpoint"),
         (["--router", str(chain["router"]), "--generator", str(chain["generator"]), "--db", str(other), "q"], "trained on schema"),
         (["--router", str(chain["router"]), "--generator", str(tmp_path / "nogen"), "--db", str(chain["db"]), "q"], "nogen"),
+        (["--router", str(chain["router"]), "--generator", str(chain["generator"]), "--db", str(chain["db"]),
+          "--rerank-model", str(tmp_path / "nolm"), "q"], "--rerank-model: "),
     ]
     for argv, needle in cases:
         r = subprocess.run([sys.executable, "-m", "generator.ask", *argv], capture_output=True, text=True, timeout=300)

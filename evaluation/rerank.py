@@ -1,0 +1,184 @@
+"""Rerank a router's candidate routes with a causal LM, and compare with the router alone on the same questions.
+
+    python -m evaluation.rerank --router runs/demo/router_sft --data runs/demo/data --splits human
+    python -m evaluation.rerank --router R --data D --questions my_questions.jsonl --scores-out s.jsonl
+    python -m evaluation.rerank --grid s.jsonl          # full-path accuracy for other weights, no model run
+
+Every question is routed by the router (its ``top_k`` best routes) and rescored by the language
+model (generator/rerank.py: the router's log-probability plus weighted log p(route | question)
+and log p(question | route)). The table gives, per group of questions, the full-path accuracy of
+the router alone and reranked, the questions each gets right that the other does not, the exact
+McNemar p of that difference, and the seconds spent rescoring per question. ``--scores-out``
+keeps every candidate's three log-probabilities, so ``--grid`` can try other weights without
+running the model again; choose weights on questions you do not report.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from core.cli import parse, run_main
+from core.errors import ConfigError, DataError
+from core.graph import JoinPath
+from evaluation.paired import exact_mcnemar
+from generator.rerank import CandidateScore, RerankConfig
+
+GRID_FORWARD = (0.0, 0.1, 0.25, 0.5, 1.0, 2.0)
+GRID_CHANNEL = (0.0, 0.1, 0.25, 0.5, 1.0, 2.0)
+
+
+@dataclass
+class RerankEvalConfig:
+    """Options of ``python -m evaluation.rerank``."""
+
+    router: Path | None = None
+    """Router folder (python -m router.train_sft or router.train_ppo --out)."""
+    data: Path | None = None
+    """Data set folder (python -m data_pipeline.build): its splits are scored, and its training questions are the prompt's examples."""
+    splits: tuple[str, ...] = ("human",)
+    """Splits of --data scored, each on its own."""
+    questions: tuple[Path, ...] = ()
+    """Files of questions with gold routes (one JSON object per line, as the human-written sets) scored too, each as its own group."""
+    rerank: RerankConfig = field(default_factory=RerankConfig)
+    """How the routes are rescored."""
+    scores_out: Path | None = None
+    """Write every question's candidates with their three log-probabilities here (one JSON object per line)."""
+    grid: tuple[Path, ...] = ()
+    """Score files written by --scores-out: print the full-path accuracy for a grid of weights and stop (no model is loaded)."""
+    threads: int = 0
+    """Torch CPU threads (0: all cores)."""
+    progress: bool = True
+    """Show a progress bar with rate and ETA."""
+
+    def __post_init__(self) -> None:
+        if not self.grid and (self.router is None or self.data is None):
+            raise ConfigError("needs --router and --data (or --grid with score files)", where="--router")
+        if self.threads < 0:
+            raise ConfigError(f"must be >= 0, got {self.threads}", where="--threads")
+
+
+def read_scores(path: str | Path) -> list[tuple[JoinPath, list[CandidateScore]]]:
+    """Read a ``--scores-out`` file: per question, its gold path and its candidates.
+
+    Raises:
+        DataError: naming the file and line: not JSON, or a field missing.
+    """
+    p = Path(path)
+    out = []
+    try:
+        lines = p.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise DataError(f"unreadable ({exc})", where=p) from exc
+    for i, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            d = json.loads(line)
+            gold = JoinPath.from_dict(d["gold"], where=str(p), line=i)
+            cands = [CandidateScore(JoinPath.from_dict(c["path"], where=str(p), line=i), float(c["router_logp"]),
+                                    float(c["forward_logp"]), float(c["channel_logp"])) for c in d["candidates"]]
+        except (ValueError, KeyError, TypeError, RecursionError) as exc:
+            raise DataError(f"not a score record ({exc.__class__.__name__}: {exc})", where=p, line=i) from None
+        if not cands:
+            raise DataError("no candidates", where=p, line=i)
+        out.append((gold, cands))
+    return out
+
+
+def pick(candidates: Sequence[CandidateScore], forward_weight: float, channel_weight: float) -> JoinPath:
+    """The candidate with the highest combined score (the router's order breaks ties)."""
+    best = max(range(len(candidates)), key=lambda j: (candidates[j].total(forward_weight, channel_weight), -j))
+    return candidates[best].path
+
+
+def grid_table(records: Sequence[tuple[JoinPath, list[CandidateScore]]]) -> str:
+    """Full-path accuracy (count right) for every pair of weights in the grid, as a text table."""
+    n = len(records)
+    oracle = sum(any(c.path == gold for c in cands) for gold, cands in records)
+    lines = [f"{n} questions; right first by the router: "
+             f"{sum(cands[0].path == gold for gold, cands in records)}; gold among the candidates: {oracle}",
+             "rows: forward weight, columns: channel weight",
+             "forward  " + "".join(f"{c:>7g}" for c in GRID_CHANNEL)]
+    for f in GRID_FORWARD:
+        right = [sum(pick(cands, f, c) == gold for gold, cands in records) for c in GRID_CHANNEL]
+        lines.append(f"{f:>7g}  " + "".join(f"{r:>7d}" for r in right))
+    return "\n".join(lines)
+
+
+def compare(gold: Sequence[JoinPath], router_paths: Sequence[JoinPath], reranked_paths: Sequence[JoinPath]) -> dict[str, Any]:
+    """Paired counts of the router and the reranked routes on the same questions.
+
+    Returns:
+        ``{n, router_right, reranked_right, won, lost, mcnemar_p}`` (``won``: right only when reranked).
+    """
+    r = [p == g for p, g in zip(router_paths, gold, strict=True)]
+    k = [p == g for p, g in zip(reranked_paths, gold, strict=True)]
+    won = sum(b and not a for a, b in zip(r, k, strict=True))
+    lost = sum(a and not b for a, b in zip(r, k, strict=True))
+    return {"n": len(gold), "router_right": sum(r), "reranked_right": sum(k), "won": won, "lost": lost,
+            "mcnemar_p": exact_mcnemar(won, lost)}
+
+
+def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
+    """Command-line entry point (module docstring); returns ``{group: counts}`` (or ``{"grid": table}``).
+
+    Raises:
+        DataError: a data set folder, question file or score file is missing or malformed.
+        CheckpointError: the router folder is broken or was trained on another schema.
+        ConfigError: the scoring model is neither a built-in name nor a causal-LM directory.
+    """
+    cfg = parse(RerankEvalConfig, argv, description=__doc__.split("\n\n")[0] if __doc__ else None)
+    if cfg.grid:
+        records = [r for f in cfg.grid for r in read_scores(f)]
+        table = grid_table(records)
+        print(table)
+        return {"grid": table}
+
+    import torch
+
+    from core.dataset import load_dataset
+    from core.progress import progress_bar
+    from data_pipeline.human_sets import load_human_questions
+    from generator.rerank import RouteReranker, route_and_rerank, save_scores
+    from router.route import Router
+
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    assert cfg.router is not None and cfg.data is not None  # checked in __post_init__
+    ds = load_dataset(cfg.data)
+    router = Router.from_pretrained(cfg.router, ds.graph, values=ds.values)
+    groups = {name: ds.split(name) for name in cfg.splits}
+    for f in cfg.questions:
+        groups[f.name] = load_human_questions(f, ds.graph, db_name=ds.schema.name)
+    groups = {k: v for k, v in groups.items() if v}
+    if not groups:
+        raise DataError(f"no questions in splits {', '.join(cfg.splits)} or --questions", where=cfg.data)
+    reranker = RouteReranker.from_pretrained(router, cfg.rerank, examples=ds.split("train"))
+    results: dict[str, Any] = {}
+    every_question, every_reranked = [], []
+    print(f"{'group':<16}{'n':>5}{'router':>9}{'reranked':>10}{'won':>6}{'lost':>6}{'McNemar p':>11}{'s/question':>12}")
+    for name, samples in groups.items():
+        bar = progress_bar(total=len(samples), desc=f"rerank {name}", unit="q", enabled=cfg.progress)
+        routes, reranked, per_q = route_and_rerank(router, reranker, [s.question for s in samples],
+                                                   progress=lambda i: bar.update(1))
+        bar.close()
+        m = compare([s.path for s in samples], [r.path for r in routes], [r.route.path for r in reranked])
+        m["seconds_per_question"] = per_q
+        results[name] = m
+        every_question += samples
+        every_reranked += reranked
+        print(f"{name:<16}{m['n']:>5}{m['router_right']:>9}{m['reranked_right']:>10}{m['won']:>6}{m['lost']:>6}"
+              f"{m['mcnemar_p']:>11.3f}{per_q:>12.2f}")
+    if cfg.scores_out is not None:
+        save_scores(cfg.scores_out, every_question, every_reranked)
+        print(f"wrote {cfg.scores_out}", file=sys.stderr)
+    return results
+
+
+if __name__ == "__main__":
+    run_main(main)

@@ -1,0 +1,165 @@
+"""generator.rerank and evaluation.rerank: the LM's continuation log-probs against a plain forward
+pass of SmolLM2-135M, the combined score, the reranked route's fields, and the command line on the
+tiny shop (a router trained here)."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+from core.cli import run_main
+from core.graph import JoinPath
+from core.samples import Sample
+from evaluation.rerank import compare, grid_table, pick, read_scores
+from evaluation.rerank import main as rerank_main
+from generator.models import DEFAULT_GENERATOR
+from generator.rerank import CandidateScore, RerankConfig, RouteReranker, pick_examples, route_text
+from router.route import Router
+from router.train_sft import train
+from tests.conftest import make_tiny_shop
+from tests.test_router_sft import LABELLED, tiny_config, write_data_set
+
+P = JoinPath
+A, B, C = P("customers", (), "orders"), P("orders", (), "customers"), P("customers", ("orders",), "order items")
+
+
+@pytest.fixture(scope="module")
+def shop(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("rerank")
+    db = make_tiny_shop(root / "shop.sqlite")
+    data = write_data_set(db, root / "data")
+    torch.manual_seed(0)
+    train(tiny_config(data, root / "router", epochs=4))
+    return {"root": root, "data": data, "router": root / "router"}
+
+
+@pytest.fixture(scope="module")
+def reranker(shop: dict[str, Path]) -> RouteReranker:
+    torch.set_num_threads(1)
+    router = Router.from_pretrained(shop["router"])
+    return RouteReranker.from_pretrained(router, RerankConfig(model=DEFAULT_GENERATOR, n_examples=2))
+
+
+def test_continuation_logprobs_equal_a_plain_forward_pass(reranker: RouteReranker) -> None:
+    """The shared prefix cache, the batch of unequal lengths and the scored positions give what one
+    forward pass over prefix + sequence gives, token by token."""
+    tok, model = reranker.tokenizer, reranker.model
+    prefix_text = "-- a prefix shared by every candidate\n"
+    prefix = reranker._encode_prefix(prefix_text)
+    seqs = [tok(" customers -> orders\n", add_special_tokens=False).input_ids,
+            tok(" x\n", add_special_tokens=False).input_ids,
+            tok(" customers -> orders -> order items\n", add_special_tokens=False).input_ids]
+    starts = [0, 1, 3]
+    got = reranker.continuation_logprobs(prefix, seqs, starts)
+    pre = tok(prefix_text, return_tensors="pt").input_ids[0].tolist()
+    for seq, start, value in zip(seqs, starts, got, strict=True):
+        ids = torch.tensor([pre + seq])
+        with torch.no_grad():
+            logp = torch.log_softmax(model(input_ids=ids).logits.float(), dim=-1)[0]
+        want = sum(float(logp[len(pre) + t - 1, seq[t]]) for t in range(start, len(seq)))
+        assert value == pytest.approx(want, abs=1e-3)
+    # the cache was copied, not extended: a second call gives the same numbers
+    assert reranker.continuation_logprobs(prefix, seqs, starts) == pytest.approx(got, abs=1e-5)
+
+
+def test_score_gives_the_router_log_prob_and_two_negative_lm_log_probs(reranker: RouteReranker) -> None:
+    scores = reranker.score("which orders did the customer Alice Martin place", [A, C], [0.7, 0.2])
+    assert [s.path for s in scores] == [A, C]
+    assert [s.router_logp for s in scores] == pytest.approx([math.log(0.7), math.log(0.2)])
+    assert all(s.forward_logp < 0 and s.channel_logp < 0 for s in scores)
+    # a longer route has more tokens to pay for in the forward direction
+    assert scores[1].forward_logp < scores[0].forward_logp
+
+
+def test_with_zero_weights_the_router_order_is_kept(shop: dict[str, Path], reranker: RouteReranker) -> None:
+    router = reranker.router
+    routes = router.route_batch([q for q, _ in LABELLED], top_k=3)
+    reranker.config = RerankConfig(model=DEFAULT_GENERATOR, top_k=3, forward_weight=0.0, channel_weight=0.0)
+    try:
+        out = reranker.rerank(routes)
+    finally:
+        reranker.config = RerankConfig(model=DEFAULT_GENERATOR, n_examples=2)
+    assert [r.route.path for r in out] == [r.path for r in routes]
+    assert not any(r.changed for r in out)
+    assert [r.route.top_k for r in out] == [r.top_k for r in routes]
+
+
+def test_choose_replaces_path_skeleton_and_order_with_the_router_numbers_of_the_pick(reranker: RouteReranker) -> None:
+    routed = reranker.router.route("which orders did the customer Alice Martin place", top_k=3)
+    paths = [p for p, _ in routed.top_k]
+    probs = [q for _, q in routed.top_k]
+    # the LM prefers the router's last candidate by far
+    scores = [CandidateScore(p, math.log(q), 0.0, -50.0 if j < 2 else 0.0) for j, (p, q) in enumerate(zip(paths, probs))]
+    out = reranker._choose(routed, scores, forward_weight=0.0, channel_weight=1.0)
+    assert out.changed
+    assert out.route.path == paths[2]
+    assert out.route.skeleton == reranker.router.graph.skeleton(paths[2])
+    assert out.route.prob == pytest.approx(probs[2])
+    assert out.route.confidence == pytest.approx(routed.top_k_confidence[2])
+    assert [p for p, _ in out.route.top_k] == [paths[2], paths[0], paths[1]]
+    assert out.route.top_k_confidence == pytest.approx([routed.top_k_confidence[j] for j in (2, 0, 1)])
+
+
+def test_pick_examples_takes_distinct_anchors_and_never_more_than_asked() -> None:
+    samples = [Sample(f"s{i}", "shop", f"q{i}", lang, path, "")
+               for i, (lang, path) in enumerate([("en", A), ("en", B), ("zh", C), ("en", P("orders", (), "orders")),
+                                                 ("zh", P("customers", (), "customers"))])]
+    got = pick_examples(samples, 6)
+    assert len({s.path.anchor for s in got}) == len(got)
+    assert {s.path.anchor for s in got} == {"customers", "orders"}
+    assert pick_examples(samples, 0) == []
+    assert len(pick_examples(samples, 1)) == 1 and pick_examples(samples, 1)[0].path.hops == 0
+
+
+def test_combined_score_pick_and_paired_counts() -> None:
+    cands = [CandidateScore(A, math.log(0.6), -3.0, -20.0), CandidateScore(B, math.log(0.4), -2.0, -10.0)]
+    assert pick(cands, 0.0, 0.0) == A
+    assert pick(cands, 0.0, 1.0) == B  # -0.51 - 20 < -0.92 - 10
+    assert cands[1].total(0.5, 1.0) == pytest.approx(math.log(0.4) - 1.0 - 10.0)
+    tie = [CandidateScore(A, 0.0, 0.0, 0.0), CandidateScore(B, 0.0, 0.0, 0.0)]
+    assert pick(tie, 1.0, 1.0) == A  # the router's order breaks ties
+    m = compare([A, A, B, B], [A, B, A, B], [A, A, A, A])
+    assert m == {"n": 4, "router_right": 2, "reranked_right": 2, "won": 1, "lost": 1, "mcnemar_p": 1.0}
+    assert route_text(C) == "customers -> orders -> order items"
+
+
+def test_command_line_scores_grid_and_bad_score_file(shop: dict[str, Path], tmp_path: Path,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    questions = tmp_path / "q.jsonl"
+    rows = [("which orders did the customer Alice Martin place", A), ("which customer placed order 2", B)]
+    questions.write_text("".join(json.dumps({"question": q, "language": "en", "sql": "SELECT 1", "path": p.to_dict()}) + "\n"
+                                 for q, p in rows), encoding="utf-8")
+    scores = tmp_path / "scores.jsonl"
+    out = rerank_main(["--router", str(shop["router"]), "--data", str(shop["data"]), "--splits", "validation",
+                       "--questions", str(questions), "--rerank.model", DEFAULT_GENERATOR, "--rerank.top-k", "3",
+                       "--rerank.n-examples", "2", "--scores-out", str(scores), "--threads", "1", "--no-progress"])
+    assert set(out) == {"validation", "q.jsonl"}
+    assert out["validation"]["n"] == len(LABELLED) and out["q.jsonl"]["n"] == 2
+    router = Router.from_pretrained(shop["router"])
+    right = sum(r.path == p for r, (_, p) in zip(router.route_batch([q for q, _ in LABELLED]), LABELLED))
+    assert out["validation"]["router_right"] == right
+    records = read_scores(scores)
+    assert len(records) == len(LABELLED) + 2
+    assert all(len(c) == 3 for _, c in records)
+    # the grid's (forward 0, channel 0) cell is the router alone; the defaults' cell is the reranked count
+    table = grid_table(records)
+    first = sum(c[0].path == g for g, c in records)
+    assert f"right first by the router: {first};" in table
+    zero_row = next(line for line in table.splitlines() if line.startswith("      0  "))
+    assert int(zero_row.split()[1]) == first
+    cfg = RerankConfig()
+    reranked = sum(pick(c, cfg.forward_weight, cfg.channel_weight) == g for g, c in records)
+    assert reranked == out["validation"]["reranked_right"] + out["q.jsonl"]["reranked_right"]
+
+    capsys.readouterr()
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"question": "q", "gold": {"anchor": "a", "via": [], "target": "a"}}\n', encoding="utf-8")
+    with pytest.raises(SystemExit) as exc:
+        run_main(lambda: rerank_main(["--grid", str(bad)]))
+    assert exc.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "bad.jsonl:1: not a score record (KeyError" in err[0]
