@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from transformers import DynamicCache
 
 from core.errors import ConfigError
 from core.graph import JoinPath
@@ -194,9 +195,10 @@ class RouteReranker:
 
     def _encode_prefix(self, text: str) -> tuple[Any, torch.Tensor]:
         ids = self.tokenizer(text, return_tensors="pt").input_ids
+        cache = DynamicCache(config=self.model.config)
         with torch.no_grad():
-            out = self.model(input_ids=ids, use_cache=True)
-        return out.past_key_values, out.logits[:, -1:, :].float()
+            out = self.model(input_ids=ids, use_cache=True, **{self._kw: cache})
+        return cache, out.logits[:, -1:, :].float()
 
     def _tokens(self, text: str) -> list[int]:
         return self.tokenizer(text, add_special_tokens=False).input_ids
