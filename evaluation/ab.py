@@ -99,6 +99,8 @@ class ABConfig:
     """Prompt settings for every generator; each one not given is what that generator was trained with (a base model: 2 examples, reasoning, full schema, linked values)."""
     constrained: bool = False
     """Route-constrained decoding: once a query writes FROM, its FROM ... JOIN clause is the path's (no_path is never constrained)."""
+    rerank_model: str | None = None
+    """Also route with the PPO router (else the SFT one) whose five best routes a language model rescores (method rerank; the routed condition then uses it): Qwen2.5-Coder-1.5B-Instruct, SmolLM2-135M-Instruct or a local model folder. Slow: seconds per question on a CPU."""
     samples: int = 1
     """Candidate queries per question; above 1, N-1 more are sampled (temperature 0.7) and the answer is voted by result (self-consistency)."""
     timeout_s: float = 5.0
@@ -273,6 +275,27 @@ def load_routers(
     return loaders
 
 
+def reranked_router(cfg: ABConfig, ds: BuiltDataset) -> PathPredictor:
+    """The PPO router (else the SFT one) reranked by ``cfg.rerank_model``, with the data set's
+    training questions as the prompt's examples.
+
+    Raises:
+        ConfigError: no router folder is given, or the model is not a causal LM.
+    """
+    from generator.rerank import RerankConfig, RerankedRouter, RouteReranker
+    from router.route import Router
+
+    ckpt = cfg.ppo_router or cfg.sft_router
+    if not ckpt:
+        raise ConfigError("needs --ppo-router or --sft-router to rerank", where="--rerank-model")
+    router = Router.from_pretrained(ckpt, ds.graph, values=ds.values)
+    try:
+        reranker = RouteReranker.from_pretrained(router, RerankConfig(model=cfg.rerank_model), ds.split("train"))
+    except ConfigError as exc:
+        raise ConfigError(exc.message, where="--rerank-model") from exc
+    return RerankedRouter(reranker)
+
+
 def run_routing(
     cfg: ABConfig, ds: BuiltDataset, samples: list[Sample], extra: dict[str, PathPredictor] | None = None
 ) -> tuple[dict[str, Any], dict[str, list[JoinPath]]]:
@@ -294,8 +317,9 @@ def run_routing(
 
 
 def best_routing_method(predictions: dict[str, list[JoinPath]]) -> str | None:
-    """The routed condition uses PPO when present, else SFT, else the first method that ran."""
-    for m in ("ppo", "sft"):
+    """The routed condition uses the reranked router when present, else PPO, else SFT, else the
+    first method that ran."""
+    for m in ("rerank", "ppo", "sft"):
         if m in predictions:
             return m
     return next(iter(predictions), None)
@@ -472,6 +496,8 @@ def evaluate(cfg: ABConfig, extra_methods: dict[str, PathPredictor] | None = Non
     samples = select_samples(ds.split(cfg.split), cfg.max_samples)
     if not samples:
         raise ConfigError(f"split {cfg.split!r} of {cfg.data} has no samples", where="--split")
+    if cfg.rerank_model is not None:
+        extra_methods = (extra_methods or {}) | {"rerank": reranked_router(cfg, ds)}
     routing, predictions = run_routing(cfg, ds, samples, extra_methods)
     results: dict[str, Any] = {
         "config": asdict(cfg),

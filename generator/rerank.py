@@ -312,6 +312,19 @@ def route_and_rerank(router: Any, reranker: RouteReranker, questions: Sequence[s
     return routes, out, per
 
 
+class RerankedRouter:
+    """A router whose answers are reranked: the ``predict_paths`` protocol of
+    :class:`router.evaluate.PathPredictor`, so the A/B evaluation can route with it."""
+
+    def __init__(self, reranker: RouteReranker):
+        self.reranker = reranker
+
+    def predict_paths(self, questions: Sequence[str]) -> list[JoinPath]:
+        """The reranked path of each question, ``len(result) == len(questions)``."""
+        _, reranked, _ = route_and_rerank(self.reranker.router, self.reranker, questions)
+        return [r.route.path for r in reranked]
+
+
 def save_scores(path: str | Path, questions: Sequence[Sample], reranked: Sequence[Reranked]) -> None:
     """Write one JSON object per question with its candidates' log-probs (to tune the weights later)."""
     import json

@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from core.cli import run_main
+from core.dataset import load_dataset
 from core.graph import JoinPath
 from core.samples import Sample
 from evaluation.rerank import compare, grid_table, pick, read_scores
@@ -163,3 +164,21 @@ def test_command_line_scores_grid_and_bad_score_file(shop: dict[str, Path], tmp_
     assert exc.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "bad.jsonl:1: not a score record (KeyError" in err[0]
+
+
+def test_ab_routes_with_the_reranked_router_and_uses_it_for_the_routed_condition(shop: dict[str, Path], tmp_path: Path) -> None:
+    from evaluation.ab import best_routing_method
+    from evaluation.ab import main as ab_main
+
+    res = ab_main(["--data", str(shop["data"]), "--split", "validation", "--methods", "sft", "--sft-router",
+                   str(shop["router"]), "--generator", "", "--rerank-model", DEFAULT_GENERATOR, "--out", str(tmp_path / "ab"),
+                   "--no-progress"])
+    assert set(res["routing"]) == {"sft", "rerank"}
+    router = Router.from_pretrained(shop["router"])
+    reranker = RouteReranker.from_pretrained(router, RerankConfig(model=DEFAULT_GENERATOR),
+                                             load_dataset(shop["data"]).split("train"))
+    routes = router.route_batch([q for q, _ in LABELLED], top_k=5)
+    want = sum(r.route.path == p for r, (_, p) in zip(reranker.rerank(routes), LABELLED)) / len(LABELLED)
+    assert res["routing"]["rerank"]["full_path_acc"] == pytest.approx(want)
+    assert best_routing_method({"sft": [], "ppo": [], "rerank": []}) == "rerank"
+    assert best_routing_method({"sft": [], "ppo": []}) == "ppo"
