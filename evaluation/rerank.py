@@ -143,6 +143,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
 
     from core.dataset import load_dataset
     from core.progress import progress_bar
+    from data_pipeline.encoders import quiet_loading
     from data_pipeline.human_sets import load_human_questions
     from generator.rerank import RouteReranker, route_and_rerank, save_scores
     from router.route import Router
@@ -158,7 +159,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     groups = {k: v for k, v in groups.items() if v}
     if not groups:
         raise DataError(f"no questions in splits {', '.join(cfg.splits)} or --questions", where=cfg.data)
-    reranker = RouteReranker.from_pretrained(router, cfg.rerank, examples=ds.split("train"))
+    with quiet_loading():  # the table, not a weight-loading bar, is what this command prints
+        reranker = RouteReranker.from_pretrained(router, cfg.rerank, examples=ds.split("train"))
     results: dict[str, Any] = {}
     every_question, every_reranked = [], []
     print(f"{'group':<16}{'n':>5}{'router':>9}{'reranked':>10}{'won':>6}{'lost':>6}{'McNemar p':>11}{'s/question':>12}")

@@ -39,6 +39,8 @@ from transformers import DynamicCache
 from core.errors import ConfigError
 from core.graph import JoinPath
 from core.samples import Sample
+from core.schema import Schema
+from core.sqlite import sql_ident
 from generator.logprobs import selective_log_softmax
 from generator.models import QWEN_CODER_GENERATOR, ModelConfig, load_generator
 from generator.prompt import render_compact_schema
@@ -67,6 +69,8 @@ class RerankConfig:
     """Example questions with their routes shown in the prompt (taken from the training questions when given; 0: none)."""
     max_values: int = 3
     """Linked values shown with each question."""
+    describe: bool = False
+    """Show the table and column descriptions of the data set's sidecar in the prompt's schema (helps where names are abbreviations)."""
     dtype: str = "float32"
     """Weight dtype of the scoring model (float32 is the fastest on most CPUs)."""
 
@@ -119,6 +123,31 @@ def route_text(path: JoinPath) -> str:
     return " -> ".join(path.tables)
 
 
+def render_described_schema(schema: Schema) -> str:
+    """:func:`generator.prompt.render_compact_schema` with each table's description on a comment
+    line above it and each column's description in brackets after its name.
+
+    >>> from core.schema import Column, ForeignKey, Schema, Table
+    >>> s = Schema("s", (Table("hz", (Column("hz_id"), Column("hzxm", description="patient name")), description="patients"),
+    ...                  Table("gh", (Column("gh_id"), Column("hz_id")))), (ForeignKey("gh", "hz_id", "hz", "hz_id"),))
+    >>> print(render_described_schema(s))
+    -- hz: patients
+    hz(hz_id, hzxm [patient name])
+    gh(gh_id, hz_id)
+    Foreign keys: gh.hz_id -> hz.hz_id
+    """
+    lines = []
+    for t in schema.tables:
+        if t.description:
+            lines.append(f"-- {t.name}: {t.description}")
+        cols = ", ".join(sql_ident(c.name) + (f" [{c.description}]" if c.description else "") for c in t.columns)
+        lines.append(f"{sql_ident(t.name)}({cols})")
+    compact = render_compact_schema(schema).splitlines()
+    if compact and compact[-1].startswith("Foreign keys:"):
+        lines.append(compact[-1])
+    return "\n".join(lines)
+
+
 def pick_examples(samples: Sequence[Sample], n: int, seed: int = 0) -> list[Sample]:
     """Up to ``n`` training questions for the prompt, chosen to show different routes.
 
@@ -161,7 +190,8 @@ class RouteReranker:
         self.examples = pick_examples(examples, self.config.n_examples)
         self._kw = cache_kwarg(model)
         self._newline = tokenizer("\n", add_special_tokens=False).input_ids
-        head = "-- SQLite database\n" + render_compact_schema(router.schema) + "\n\n" + INSTRUCTION + "\n\n"
+        schema = render_described_schema(router.schema) if self.config.describe else render_compact_schema(router.schema)
+        head = "-- SQLite database\n" + schema + "\n\n" + INSTRUCTION + "\n\n"
         forward = head + "".join(self._forward_query(s.question) + f" {route_text(s.path)}\n\n" for s in self.examples)
         channel = head + "".join(f"-- Route: {route_text(s.path)}\n-- Question: {s.question}\n\n" for s in self.examples)
         self._forward_prefix = self._encode_prefix(forward)
