@@ -355,15 +355,14 @@ class RerankedRouter:
         return [r.route.path for r in reranked]
 
 
-def save_scores(path: str | Path, questions: Sequence[Sample], reranked: Sequence[Reranked]) -> None:
-    """Write one JSON object per question with its candidates' log-probs (to tune the weights later)."""
-    import json
+def save_scores(path: str | Path, questions: Sequence[Sample], reranked: Sequence[Reranked]) -> int:
+    """Write one JSON object per question (atomically) with its gold path and its candidates'
+    log-probs, to tune the weights later (``python -m evaluation.rerank --grid``); returns the count."""
+    from core.io import write_jsonl
 
-    with Path(path).open("w", encoding="utf-8") as f:
-        for s, r in zip(questions, reranked, strict=True):
-            f.write(json.dumps({
-                "question": s.question,
-                "gold": s.path.to_dict(),
-                "candidates": [{"path": c.path.to_dict(), "router_logp": c.router_logp, "forward_logp": c.forward_logp,
-                                "channel_logp": c.channel_logp} for c in r.candidates],
-            }, ensure_ascii=False) + "\n")
+    return write_jsonl(path, ({
+        "question": s.question,
+        "gold": s.path.to_dict(),
+        "candidates": [{"path": c.path.to_dict(), "router_logp": c.router_logp, "forward_logp": c.forward_logp,
+                        "channel_logp": c.channel_logp} for c in r.candidates],
+    } for s, r in zip(questions, reranked, strict=True)))
