@@ -101,6 +101,8 @@ class ABConfig:
     """Route-constrained decoding: once a query writes FROM, its FROM ... JOIN clause is the path's (no_path is never constrained)."""
     rerank_model: str | None = None
     """Also route with the PPO router (else the SFT one) whose five best routes a language model rescores (method rerank; the routed condition then uses it): Qwen2.5-Coder-1.5B-Instruct, SmolLM2-135M-Instruct or a local model folder. Slow: seconds per question on a CPU."""
+    rerank_describe: bool = False
+    """With --rerank-model: show the database's table and column descriptions to that model (helps where names are abbreviations; slower)."""
     samples: int = 1
     """Candidate queries per question; above 1, N-1 more are sampled (temperature 0.7) and the answer is voted by result (self-consistency)."""
     timeout_s: float = 5.0
@@ -290,7 +292,8 @@ def reranked_router(cfg: ABConfig, ds: BuiltDataset) -> PathPredictor:
         raise ConfigError("needs --ppo-router or --sft-router to rerank", where="--rerank-model")
     router = Router.from_pretrained(ckpt, ds.graph, values=ds.values)
     try:
-        reranker = RouteReranker.from_pretrained(router, RerankConfig(model=cfg.rerank_model), ds.split("train"))
+        reranker = RouteReranker.from_pretrained(router, RerankConfig(model=cfg.rerank_model, describe=cfg.rerank_describe),
+                                                 ds.split("train"))
     except ConfigError as exc:
         raise ConfigError(exc.message, where="--rerank-model") from exc
     return RerankedRouter(reranker)

@@ -303,6 +303,8 @@ class AskConfig:
     """Seconds each query may run."""
     rerank_model: str | None = None
     """Rescore the router's five best routes with this language model before writing the query: Qwen2.5-Coder-1.5B-Instruct, SmolLM2-135M-Instruct or a local model folder (slower: a few seconds per question on a CPU)."""
+    rerank_describe: bool = False
+    """With --rerank-model: show the database's table and column descriptions to that model (helps where names are abbreviations; slower)."""
     threads: int = 0
     """Torch CPU threads (0: all cores)."""
 
@@ -367,7 +369,7 @@ def main(argv: Sequence[str] | None = None) -> list[Answer]:
         records = [rec for _, rec in numbered]
     questions = [r["question"] for r in records] if records else list(cfg.questions)
     try:
-        rerank = RerankConfig(model=cfg.rerank_model) if cfg.rerank_model is not None else None
+        rerank = RerankConfig(model=cfg.rerank_model, describe=cfg.rerank_describe) if cfg.rerank_model is not None else None
         pipe = AskPipeline.from_pretrained(cfg.router, cfg.generator, cfg.db, rerank=rerank, constrained=cfg.constrained,
                                            samples=cfg.samples, max_new_tokens=cfg.max_new_tokens,
                                            timeout_s=cfg.timeout_s, max_rows=cfg.max_rows)  # fmt: skip
