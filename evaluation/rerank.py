@@ -26,7 +26,7 @@ from core.cli import parse, run_main
 from core.errors import ConfigError, DataError
 from core.graph import JoinPath
 from evaluation.paired import exact_mcnemar
-from generator.rerank import CandidateScore, RerankConfig
+from generator.rerank import CandidateScore, RerankConfig, rank
 
 GRID_FORWARD = (0.0, 0.1, 0.25, 0.5, 1.0, 2.0)
 GRID_CHANNEL = (0.0, 0.1, 0.25, 0.5, 1.0, 2.0)
@@ -92,8 +92,7 @@ def read_scores(path: str | Path) -> list[tuple[JoinPath, list[CandidateScore]]]
 
 def pick(candidates: Sequence[CandidateScore], forward_weight: float, channel_weight: float) -> JoinPath:
     """The candidate with the highest combined score (the router's order breaks ties)."""
-    best = max(range(len(candidates)), key=lambda j: (candidates[j].total(forward_weight, channel_weight), -j))
-    return candidates[best].path
+    return candidates[rank(candidates, forward_weight, channel_weight)[0]].path
 
 
 def grid_table(records: Sequence[tuple[JoinPath, list[CandidateScore]]]) -> str:

@@ -214,11 +214,10 @@ class AskPipeline:
                 answers[i].error = exc.message
         if not routable:
             return answers
+        k = 3 if self.reranker is None else max(3, self.reranker.config.top_k)
+        routes = self.router.route_batch([questions[i] for i in routable], top_k=k)
         if self.reranker is not None:
-            routes = self.router.route_batch([questions[i] for i in routable], top_k=max(3, self.reranker.config.top_k))
             routes = [r.route for r in self.reranker.rerank(routes)]
-        else:
-            routes = self.router.route_batch([questions[i] for i in routable], top_k=3)
         values = self.router.policy.space.values
         prompts, clauses, owners = [], [], []
         for i, r in zip(routable, routes, strict=True):

@@ -118,6 +118,11 @@ class Reranked:
     changed: bool
 
 
+def rank(scores: Sequence[CandidateScore], forward_weight: float, channel_weight: float) -> list[int]:
+    """Indices of ``scores`` from the highest combined score down; ties keep the router's order."""
+    return sorted(range(len(scores)), key=lambda j: -scores[j].total(forward_weight, channel_weight))
+
+
 def route_text(path: JoinPath) -> str:
     """The route as the prompt writes it: ``"Products -> Order Details -> Orders"``."""
     return " -> ".join(path.tables)
@@ -158,7 +163,7 @@ def pick_examples(samples: Sequence[Sample], n: int, seed: int = 0) -> list[Samp
         return []
     samples = list(samples)
     random.Random(seed).shuffle(samples)
-    kinds = [(h, lang) for h, lang in ((0, "en"), (1, "zh"), (2, "en"), (3, "zh"), (1, "en"), (2, "zh"))]
+    kinds = [(0, "en"), (1, "zh"), (2, "en"), (3, "zh"), (1, "en"), (2, "zh")]
     out: list[Sample] = []
     anchors: set[str] = set()
     for hops, lang in (kinds * ((n + len(kinds) - 1) // len(kinds)))[:n]:
@@ -277,7 +282,8 @@ class RouteReranker:
         ]
 
     def rerank(self, routes: Sequence[Any]) -> list[Reranked]:
-        """Rerank each of the router's answers (``Router.route_batch(..., top_k >= config.top_k)``).
+        """Rerank each of the router's answers (``Router.route_batch(..., top_k >= config.top_k)``;
+        its ``top_k`` is never empty).
 
         Returns:
             one :class:`Reranked` per route, same order.
@@ -285,27 +291,26 @@ class RouteReranker:
         cfg = self.config
         out = []
         for routed in routes:
-            top = list(routed.top_k[: cfg.top_k]) or [(routed.path, routed.prob)]
+            top = routed.top_k[: cfg.top_k]
             scores = self.score(routed.question, [p for p, _ in top], [q for _, q in top])
             out.append(self._choose(routed, scores, cfg.forward_weight, cfg.channel_weight))
         return out
 
     def _choose(self, routed: Any, scores: list[CandidateScore], forward_weight: float, channel_weight: float) -> Reranked:
-        order = sorted(range(len(scores)), key=lambda j: -scores[j].total(forward_weight, channel_weight))
+        order = rank(scores, forward_weight, channel_weight)
         best = scores[order[0]].path
-        conf = dict(zip([p for p, _ in routed.top_k], routed.top_k_confidence or [q for _, q in routed.top_k], strict=True))
-        probs = dict(routed.top_k)
+        confidences = routed.top_k_confidence or tuple(q for _, q in routed.top_k)
+        # scores are routed.top_k[:len(scores)]: reorder those, keep the rest as the router ranked them
+        order += list(range(len(scores), len(routed.top_k)))
         route = dataclasses.replace(
             routed,
             path=best,
-            prob=probs.get(best, routed.prob),
+            prob=routed.top_k[order[0]][1],
             skeleton=self.router.graph.skeleton(best),
-            top_k=tuple((scores[j].path, probs[scores[j].path]) for j in order) + tuple(
-                (p, q) for p, q in routed.top_k if p not in {s.path for s in scores}),
-            top_k_confidence=tuple(conf[scores[j].path] for j in order) + tuple(
-                conf[p] for p, _ in routed.top_k if p not in {s.path for s in scores}),
-            confidence=conf.get(best, routed.confidence),
-            uncertain=conf.get(best, routed.confidence) < self.router.min_confidence,
+            top_k=tuple(routed.top_k[j] for j in order),
+            top_k_confidence=tuple(confidences[j] for j in order),
+            confidence=confidences[order[0]],
+            uncertain=confidences[order[0]] < self.router.min_confidence,
         )
         return Reranked(route, tuple(scores), best != routed.path)
 
