@@ -3,6 +3,7 @@
     python -m evaluation.rerank --router runs/demo/router_sft --data runs/demo/data --splits human
     python -m evaluation.rerank --router R --data D --questions my_questions.jsonl --scores-out s.jsonl
     python -m evaluation.rerank --grid s.jsonl          # full-path accuracy for other weights, no model run
+    python -m evaluation.rerank --grid s.jsonl --grid-top-k 5 10   # and for fewer candidates than were scored
 
 Every question is routed by the router (its ``top_k`` best routes) and rescored by the language
 model (generator/rerank.py: the router's log-probability plus weighted log p(route | question)
@@ -50,6 +51,8 @@ class RerankEvalConfig:
     """Write every question's candidates with their three log-probabilities here (one JSON object per line)."""
     grid: tuple[Path, ...] = ()
     """Score files written by --scores-out: print the full-path accuracy for a grid of weights and stop (no model is loaded)."""
+    grid_top_k: tuple[int, ...] = ()
+    """With --grid: one table per number, each rescoring only the router's first that many candidates of every question (empty: every saved candidate)."""
     threads: int = 0
     """Torch CPU threads (0: all cores)."""
     progress: bool = True
@@ -60,6 +63,8 @@ class RerankEvalConfig:
             raise ConfigError("needs --router and --data (or --grid with score files)", where="--router")
         if self.threads < 0:
             raise ConfigError(f"must be >= 0, got {self.threads}", where="--threads")
+        if any(k < 1 for k in self.grid_top_k):
+            raise ConfigError(f"every number must be at least 1, got {list(self.grid_top_k)}", where="--grid-top-k")
 
 
 def read_scores(path: str | Path) -> list[tuple[JoinPath, list[CandidateScore]]]:
@@ -95,8 +100,18 @@ def pick(candidates: Sequence[CandidateScore], forward_weight: float, channel_we
     return candidates[rank(candidates, forward_weight, channel_weight)[0]].path
 
 
-def grid_table(records: Sequence[tuple[JoinPath, list[CandidateScore]]]) -> str:
-    """Full-path accuracy (count right) for every pair of weights in the grid, as a text table."""
+def grid_table(records: Sequence[tuple[JoinPath, list[CandidateScore]]], top_k: int | None = None) -> str:
+    """Full-path accuracy (count right) for every pair of weights in the grid, as a text table.
+
+    Args:
+        records: per question, its gold path and its candidates in the router's order
+            (:func:`read_scores`).
+        top_k: rescore only each question's first ``top_k`` candidates (what a run with
+            ``--rerank.top-k top_k`` would have picked: a candidate's three log-probs do not depend
+            on the others); ``None``: all of them.
+    """
+    if top_k is not None:
+        records = [(gold, cands[:top_k]) for gold, cands in records]
     n = len(records)
     oracle = sum(any(c.path == gold for c in cands) for gold, cands in records)
     lines = [f"{n} questions; right first by the router: "
@@ -134,7 +149,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     cfg = parse(RerankEvalConfig, argv, description=__doc__.split("\n\n")[0] if __doc__ else None)
     if cfg.grid:
         records = [r for f in cfg.grid for r in read_scores(f)]
-        table = grid_table(records)
+        tables = [grid_table(records, k) for k in cfg.grid_top_k] if cfg.grid_top_k else [grid_table(records)]
+        heads = [f"first {k} candidates of the router" for k in cfg.grid_top_k] or [""]
+        table = "\n\n".join((f"{h}\n{t}" if h else t) for h, t in zip(heads, tables, strict=True))
         print(table)
         return {"grid": table}
 

@@ -155,6 +155,15 @@ def test_command_line_scores_grid_and_bad_score_file(shop: dict[str, Path], tmp_
     cfg = RerankConfig()
     reranked = sum(pick(c, cfg.forward_weight, cfg.channel_weight) == g for g, c in records)
     assert reranked == out["validation"]["reranked_right"] + out["q.jsonl"]["reranked_right"]
+    # one candidate left: every cell is the router alone; all three: the same table as no cut
+    assert grid_table(records, 3) == table
+    one = grid_table(records, 1).splitlines()
+    assert f"gold among the candidates: {first}" in one[0]
+    assert all(int(x) == first for line in one[3:] for x in line.split()[1:])
+    capsys.readouterr()
+    printed = rerank_main(["--grid", str(scores), "--grid-top-k", "1", "3"])["grid"]
+    assert printed.startswith("first 1 candidates of the router\n") and "\n\nfirst 3 candidates of the router\n" in printed
+    assert printed.endswith(table)
 
     capsys.readouterr()
     bad = tmp_path / "bad.jsonl"
@@ -164,6 +173,11 @@ def test_command_line_scores_grid_and_bad_score_file(shop: dict[str, Path], tmp_
     assert exc.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "bad.jsonl:1: not a score record (KeyError" in err[0]
+    with pytest.raises(SystemExit) as exc:
+        run_main(lambda: rerank_main(["--grid", str(scores), "--grid-top-k", "0"]))
+    assert exc.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--grid-top-k" in err[0]
 
 
 def test_ab_routes_with_the_reranked_router_and_uses_it_for_the_routed_condition(shop: dict[str, Path], tmp_path: Path) -> None:
