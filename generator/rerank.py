@@ -235,6 +235,13 @@ class RouteReranker:
             out = self.model(input_ids=ids, use_cache=True, **{self._kw: cache})
         return cache, out.logits[:, -1:, :].float()
 
+    def _extend(self, prefix: tuple[Any, torch.Tensor], tokens: Sequence[int]) -> tuple[Any, torch.Tensor]:
+        """A copy of ``prefix`` (``(kv_cache, last_logits)``) extended by ``tokens``; ``prefix`` is unchanged."""
+        cache = copy.deepcopy(prefix[0])
+        with torch.no_grad():
+            out = self.model(input_ids=torch.tensor([list(tokens)], dtype=torch.long), use_cache=True, **{self._kw: cache})
+        return cache, out.logits[:, -1:, :].float()
+
     def _tokens(self, text: str) -> list[int]:
         return self.tokenizer(text, add_special_tokens=False).input_ids
 
@@ -269,10 +276,14 @@ class RouteReranker:
         return logp.sum(dim=1).tolist()
 
     def score(self, question: str, paths: Sequence[JoinPath], router_probs: Sequence[float]) -> list[CandidateScore]:
-        """The three log-probs of each candidate path for ``question``."""
-        query = self._tokens(self._forward_query(question))
+        """The three log-probs of each candidate path for ``question``.
+
+        The forward direction reads the question once (the prefix extended by it) and then the
+        candidates' routes as one batch; the channel direction reads each route, then the question.
+        """
+        query = self._extend(self._forward_prefix, self._tokens(self._forward_query(question)))
         routes = [self._tokens(" " + route_text(p)) + self._newline for p in paths]
-        forward = self.continuation_logprobs(self._forward_prefix, [query + r for r in routes], [len(query)] * len(routes))
+        forward = self.continuation_logprobs(query, routes, [0] * len(routes))
         asked = self._tokens(" " + question) + self._newline
         contexts = [self._tokens(f"-- Route: {route_text(p)}\n-- Question:") for p in paths]
         channel = self.continuation_logprobs(self._channel_prefix, [c + asked for c in contexts], [len(c) for c in contexts])

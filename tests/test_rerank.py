@@ -74,6 +74,11 @@ def test_score_gives_the_router_log_prob_and_two_negative_lm_log_probs(reranker:
     assert all(s.forward_logp < 0 and s.channel_logp < 0 for s in scores)
     # a longer route has more tokens to pay for in the forward direction
     assert scores[1].forward_logp < scores[0].forward_logp
+    # the question read once, then the routes, gives what reading question + route per candidate gives
+    query = reranker._tokens(reranker._forward_query("which orders did the customer Alice Martin place"))
+    routes = [reranker._tokens(" " + route_text(p)) + reranker._newline for p in (A, C)]
+    whole = reranker.continuation_logprobs(reranker._forward_prefix, [query + r for r in routes], [len(query)] * 2)
+    assert [s.forward_logp for s in scores] == pytest.approx(whole, abs=1e-3)
 
 
 def test_with_zero_weights_the_router_order_is_kept(shop: dict[str, Path], reranker: RouteReranker) -> None:
