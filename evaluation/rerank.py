@@ -4,14 +4,20 @@
     python -m evaluation.rerank --router R --data D --questions my_questions.jsonl --scores-out s.jsonl
     python -m evaluation.rerank --grid s.jsonl          # full-path accuracy for other weights, no model run
     python -m evaluation.rerank --grid s.jsonl --grid-top-k 5 10   # and for fewer candidates than were scored
+    python -m evaluation.rerank --grid dev.jsonl                  # also fits --rerank.temperature on these questions
+    python -m evaluation.rerank --grid test.jsonl --rerank.temperature 2.5   # the ECE at a temperature fitted elsewhere
 
 Every question is routed by the router (its ``top_k`` best routes) and rescored by the language
 model (generator/rerank.py: the router's log-probability plus weighted log p(route | question)
 and log p(question | route)). The table gives, per group of questions, the full-path accuracy of
 the router alone and reranked, the questions each gets right that the other does not, the exact
-McNemar p of that difference, and the seconds spent rescoring per question. ``--scores-out``
+McNemar p of that difference, the expected calibration error of the router's and of the reranked
+route's confidence, and the seconds spent rescoring per question. ``--scores-out``
 keeps every candidate's three log-probabilities, so ``--grid`` can try other weights without
-running the model again; choose weights on questions you do not report.
+running the model again; choose weights on questions you do not report. The reranked route's
+confidence is a softmax of the combined scores over the candidates at ``--rerank.temperature``;
+``--grid`` also fits that temperature to the saved questions (:func:`calibration_report`) and
+prints the expected calibration error (ECE, 10 bins) at the given and the fitted temperature.
 """
 
 from __future__ import annotations
@@ -27,7 +33,7 @@ from core.cli import parse, run_main
 from core.errors import ConfigError, DataError
 from core.graph import JoinPath
 from evaluation.paired import exact_mcnemar
-from generator.rerank import CandidateScore, RerankConfig, rank
+from generator.rerank import CandidateScore, RerankConfig, confidences, rank
 
 GRID_FORWARD = (0.0, 0.1, 0.25, 0.5, 1.0, 2.0)
 GRID_CHANNEL = (0.0, 0.1, 0.25, 0.5, 1.0, 2.0)
@@ -124,6 +130,46 @@ def grid_table(records: Sequence[tuple[JoinPath, list[CandidateScore]]], top_k: 
     return "\n".join(lines)
 
 
+def calibration_report(records: Sequence[tuple[JoinPath, list[CandidateScore]]], config: RerankConfig) -> dict[str, float]:
+    """How well the reranked confidence (:func:`generator.rerank.confidences`) matches accuracy.
+
+    Each question's first ``config.top_k`` candidates are ranked at the config's weights; the
+    chosen route's confidence is scored against whether it is the gold route.
+
+    Returns:
+        ``{n, right, ece, temperature, fitted_temperature, fitted_ece}``: the ECE (10 bins) at
+        ``config.temperature``, and the temperature minimising the log loss of the chosen route's
+        confidence on these questions (:func:`router.calibration.fit_confidence_temperature`)
+        with its ECE (in-sample: apply it to other questions).
+    """
+    import torch
+
+    from router.calibration import fit_confidence_temperature
+
+    fw, cw = config.forward_weight, config.channel_weight
+    cut = [(gold, cands[: config.top_k]) for gold, cands in records]
+    width = max((len(c) for _, c in cut), default=1)
+    totals = torch.full((len(cut), width), float("-inf"), dtype=torch.float64)
+    for i, (_, cands) in enumerate(cut):
+        totals[i, : len(cands)] = torch.tensor([c.total(fw, cw) for c in cands], dtype=torch.float64)
+    right = torch.tensor([pick(cands, fw, cw) == gold for gold, cands in cut], dtype=torch.bool)
+
+    def ece(temperature: float) -> float:
+        return _ece([max(confidences(cands, fw, cw, temperature)) for _, cands in cut], right.tolist())
+
+    fitted = fit_confidence_temperature(totals, right)
+    return {"n": len(cut), "right": int(right.sum()), "temperature": config.temperature, "ece": ece(config.temperature),
+            "fitted_temperature": fitted, "fitted_ece": ece(fitted)}
+
+
+def _ece(confidence: Sequence[float], correct: Sequence[bool]) -> float:
+    import torch
+
+    from router.calibration import expected_calibration_error
+
+    return expected_calibration_error(torch.tensor(confidence, dtype=torch.float64), torch.tensor(correct, dtype=torch.bool))
+
+
 def compare(gold: Sequence[JoinPath], router_paths: Sequence[JoinPath], reranked_paths: Sequence[JoinPath]) -> dict[str, Any]:
     """Paired counts of the router and the reranked routes on the same questions.
 
@@ -153,7 +199,12 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         heads = [f"first {k} candidates of the router" for k in cfg.grid_top_k] or [""]
         table = "\n\n".join((f"{h}\n{t}" if h else t) for h, t in zip(heads, tables, strict=True))
         print(table)
-        return {"grid": table}
+        cal = calibration_report(records, cfg.rerank)
+        r = cfg.rerank
+        print(f"\nreranked confidence at weights {r.forward_weight:g} / {r.channel_weight:g}, first {r.top_k} candidates "
+              f"({cal['right']} of {cal['n']} right): ECE {cal['ece']:.3f} at temperature {cal['temperature']:g}; "
+              f"the temperature fitted to these questions, {cal['fitted_temperature']:.3g}, gives {cal['fitted_ece']:.3f}")
+        return {"grid": table, "calibration": cal}
 
     import torch
 
@@ -182,7 +233,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         reranker = RouteReranker.from_pretrained(router, cfg.rerank, examples=ds.split("train"))
     results: dict[str, Any] = {}
     every_question, every_reranked = [], []
-    print(f"{'group':<16}{'n':>5}{'router':>9}{'reranked':>10}{'won':>6}{'lost':>6}{'McNemar p':>11}{'s/question':>12}")
+    print(f"{'group':<16}{'n':>5}{'router':>9}{'reranked':>10}{'won':>6}{'lost':>6}{'McNemar p':>11}"
+          f"{'ECE router':>12}{'ECE reranked':>14}{'s/question':>12}")
     for name, samples in groups.items():
         bar = progress_bar(total=len(samples), desc=f"rerank {name}", unit="q", enabled=cfg.progress)
         routes, reranked, per_q = route_and_rerank(router, reranker, [s.question for s in samples],
@@ -190,11 +242,14 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         bar.close()
         m = compare([s.path for s in samples], [r.path for r in routes], [r.route.path for r in reranked])
         m["seconds_per_question"] = per_q
+        m["ece_router"] = _ece([r.confidence for r in routes], [r.path == s.path for r, s in zip(routes, samples, strict=True)])
+        m["ece_reranked"] = _ece([r.route.confidence for r in reranked],
+                                 [r.route.path == s.path for r, s in zip(reranked, samples, strict=True)])
         results[name] = m
         every_question += samples
         every_reranked += reranked
         print(f"{name:<16}{m['n']:>5}{m['router_right']:>9}{m['reranked_right']:>10}{m['won']:>6}{m['lost']:>6}"
-              f"{m['mcnemar_p']:>11.3f}{per_q:>12.2f}")
+              f"{m['mcnemar_p']:>11.3f}{m['ece_router']:>12.3f}{m['ece_reranked']:>14.3f}{per_q:>12.2f}")
     if cfg.scores_out is not None:
         save_scores(cfg.scores_out, every_question, every_reranked)
         print(f"wrote {cfg.scores_out}", file=sys.stderr)

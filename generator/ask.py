@@ -60,7 +60,8 @@ class Answer:
     Attributes:
         question: the question.
         path: the routed join path (None when routing failed: see ``error``).
-        confidence: the router's calibrated confidence in ``path``, in ``[0, 1]``.
+        confidence: the router's calibrated confidence in ``path``, in ``[0, 1]`` (with a
+            reranker: the reranked confidence, :func:`generator.rerank.confidences`).
         uncertain: ``confidence`` is below the router's threshold.
         alternatives: the next most probable paths with their calibrated confidence (the same
             scale as ``confidence``).

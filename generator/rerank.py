@@ -71,6 +71,8 @@ class RerankConfig:
     """Linked values shown with each question."""
     describe: bool = False
     """Show the table and column descriptions of the data set's sidecar in the prompt's schema (helps where names are abbreviations)."""
+    temperature: float = 1.0
+    """The reranked route's confidence is softmax(combined score / temperature) over the rescored candidates (python -m evaluation.rerank --grid fits it on questions with gold routes)."""
     dtype: str = "float32"
     """Weight dtype of the scoring model (float32 is the fastest on most CPUs)."""
 
@@ -81,6 +83,8 @@ class RerankConfig:
             v = getattr(self, name)
             if not math.isfinite(v) or v < 0:
                 raise ConfigError(f"must be a finite number >= 0, got {v}", where=f"--rerank.{name.replace('_', '-')}")
+        if not math.isfinite(self.temperature) or self.temperature <= 0:
+            raise ConfigError(f"must be a finite number > 0, got {self.temperature}", where="--rerank.temperature")
         if self.n_examples < 0:
             raise ConfigError(f"must be >= 0, got {self.n_examples}", where="--rerank.n-examples")
         if self.max_values < 0:
@@ -107,8 +111,10 @@ class Reranked:
 
     Attributes:
         route: the router's :class:`router.route.RoutedPath` with ``path``, ``skeleton`` and
-            ``top_k`` (best first by the combined score) replaced; ``prob``, ``confidence`` and
-            ``uncertain`` are the router's own numbers for the chosen path.
+            ``top_k`` (best first by the combined score) replaced; ``confidence``,
+            ``top_k_confidence`` and ``uncertain`` are the reranked confidences
+            (:func:`confidences`, ``RerankConfig.temperature``), ``prob`` is the router's own
+            probability of the chosen path.
         candidates: every rescored candidate, in the router's order.
         changed: the chosen path is not the router's first.
     """
@@ -121,6 +127,15 @@ class Reranked:
 def rank(scores: Sequence[CandidateScore], forward_weight: float, channel_weight: float) -> list[int]:
     """Indices of ``scores`` from the highest combined score down; ties keep the router's order."""
     return sorted(range(len(scores)), key=lambda j: -scores[j].total(forward_weight, channel_weight))
+
+
+def confidences(scores: Sequence[CandidateScore], forward_weight: float, channel_weight: float,
+                temperature: float) -> list[float]:
+    """``softmax(total / temperature)`` over ``scores`` (same order; sums to 1): the reranked
+    confidence of each candidate. The temperature is fitted like the router's own (Guo et al.,
+    ICML 2017), by :func:`router.calibration.fit_confidence_temperature`."""
+    totals = torch.tensor([c.total(forward_weight, channel_weight) for c in scores], dtype=torch.float64)
+    return torch.softmax(totals / temperature, dim=0).tolist()
 
 
 def route_text(path: JoinPath) -> str:
@@ -310,7 +325,9 @@ class RouteReranker:
     def _choose(self, routed: Any, scores: list[CandidateScore], forward_weight: float, channel_weight: float) -> Reranked:
         order = rank(scores, forward_weight, channel_weight)
         best = scores[order[0]].path
-        confidences = routed.top_k_confidence or tuple(q for _, q in routed.top_k)
+        # the rescored candidates get the reranked confidence; any the router ranked below them keep its own
+        router_conf = routed.top_k_confidence or tuple(q for _, q in routed.top_k)
+        conf = confidences(scores, forward_weight, channel_weight, self.config.temperature) + list(router_conf[len(scores):])
         # scores are routed.top_k[:len(scores)]: reorder those, keep the rest as the router ranked them
         order += list(range(len(scores), len(routed.top_k)))
         route = dataclasses.replace(
@@ -319,9 +336,9 @@ class RouteReranker:
             prob=routed.top_k[order[0]][1],
             skeleton=self.router.graph.skeleton(best),
             top_k=tuple(routed.top_k[j] for j in order),
-            top_k_confidence=tuple(confidences[j] for j in order),
-            confidence=confidences[order[0]],
-            uncertain=confidences[order[0]] < self.router.min_confidence,
+            top_k_confidence=tuple(conf[j] for j in order),
+            confidence=conf[order[0]],
+            uncertain=conf[order[0]] < self.router.min_confidence,
         )
         return Reranked(route, tuple(scores), best != routed.path)
 

@@ -15,10 +15,10 @@ from core.cli import run_main
 from core.dataset import load_dataset
 from core.graph import JoinPath
 from core.samples import Sample
-from evaluation.rerank import compare, grid_table, pick, read_scores
+from evaluation.rerank import calibration_report, compare, grid_table, pick, read_scores
 from evaluation.rerank import main as rerank_main
 from generator.models import DEFAULT_GENERATOR
-from generator.rerank import CandidateScore, RerankConfig, RouteReranker, pick_examples, route_text
+from generator.rerank import CandidateScore, RerankConfig, RouteReranker, confidences, pick_examples, route_text
 from router.route import Router
 from router.train_sft import train
 from tests.conftest import make_tiny_shop
@@ -94,7 +94,7 @@ def test_with_zero_weights_the_router_order_is_kept(shop: dict[str, Path], reran
     assert [r.route.top_k for r in out] == [r.top_k for r in routes]
 
 
-def test_choose_replaces_path_skeleton_and_order_with_the_router_numbers_of_the_pick(reranker: RouteReranker) -> None:
+def test_choose_replaces_path_skeleton_order_and_confidence_with_the_reranked_ones(reranker: RouteReranker) -> None:
     routed = reranker.router.route("which orders did the customer Alice Martin place", top_k=3)
     paths = [p for p, _ in routed.top_k]
     probs = [q for _, q in routed.top_k]
@@ -105,9 +105,23 @@ def test_choose_replaces_path_skeleton_and_order_with_the_router_numbers_of_the_
     assert out.route.path == paths[2]
     assert out.route.skeleton == reranker.router.graph.skeleton(paths[2])
     assert out.route.prob == pytest.approx(probs[2])
-    assert out.route.confidence == pytest.approx(routed.top_k_confidence[2])
     assert [p for p, _ in out.route.top_k] == [paths[2], paths[0], paths[1]]
-    assert out.route.top_k_confidence == pytest.approx([routed.top_k_confidence[j] for j in (2, 0, 1)])
+    # the confidence is the softmax of the combined scores at temperature 1, reordered with the routes
+    totals = [math.log(q) + (-50.0 if j < 2 else 0.0) for j, q in enumerate(probs)]
+    soft = [math.exp(t) / sum(math.exp(u) for u in totals) for t in totals]
+    assert out.route.confidence == pytest.approx(soft[2]) and out.route.confidence > 0.99
+    assert out.route.top_k_confidence == pytest.approx([soft[j] for j in (2, 0, 1)])
+    assert not out.route.uncertain
+    # a hotter temperature spreads the confidence: the pick is the same, now marked uncertain
+    reranker.config = RerankConfig(model=DEFAULT_GENERATOR, n_examples=2, temperature=1e3)
+    try:
+        hot = reranker._choose(routed, scores, forward_weight=0.0, channel_weight=1.0)
+    finally:
+        reranker.config = RerankConfig(model=DEFAULT_GENERATOR, n_examples=2)
+    assert hot.route.path == paths[2]
+    assert hot.route.confidence == pytest.approx(1 / 3, abs=0.02)
+    assert hot.route.uncertain == (hot.route.confidence < reranker.router.min_confidence)
+    assert sum(hot.route.top_k_confidence) == pytest.approx(1.0)
 
 
 def test_pick_examples_takes_distinct_anchors_and_never_more_than_asked() -> None:
@@ -128,9 +142,27 @@ def test_combined_score_pick_and_paired_counts() -> None:
     assert cands[1].total(0.5, 1.0) == pytest.approx(math.log(0.4) - 1.0 - 10.0)
     tie = [CandidateScore(A, 0.0, 0.0, 0.0), CandidateScore(B, 0.0, 0.0, 0.0)]
     assert pick(tie, 1.0, 1.0) == A  # the router's order breaks ties
+    conf = confidences(cands, 0.0, 1.0, 1.0)
+    assert sum(conf) == pytest.approx(1.0) and conf[1] == pytest.approx(1 / (1 + math.exp(math.log(0.6 / 0.4) - 10.0)))
     m = compare([A, A, B, B], [A, B, A, B], [A, A, A, A])
     assert m == {"n": 4, "router_right": 2, "reranked_right": 2, "won": 1, "lost": 1, "mcnemar_p": 1.0}
     assert route_text(C) == "customers -> orders -> order items"
+
+
+def test_calibration_report_fits_the_temperature_that_makes_the_confidence_the_accuracy() -> None:
+    # the router prefers A by 4 nats; A is right for 3 of 4 questions; a fifth question's gold is no candidate
+    records = [(A, [CandidateScore(A, 0.0, 0.0, 0.0), CandidateScore(B, -4.0, 0.0, 0.0)]) for _ in range(3)]
+    records.append((B, [CandidateScore(A, 0.0, 0.0, 0.0), CandidateScore(B, -4.0, 0.0, 0.0)]))
+    cal = calibration_report(records, RerankConfig(forward_weight=0.0, channel_weight=0.0))
+    assert cal["n"] == 4 and cal["right"] == 3
+    assert cal["ece"] == pytest.approx(1 / (1 + math.exp(-4.0)) - 0.75, abs=1e-6)  # at temperature 1
+    assert cal["fitted_temperature"] == pytest.approx(4.0 / math.log(3.0), rel=1e-4)  # confidence 3/4
+    assert cal["fitted_ece"] == pytest.approx(0.0, abs=1e-6)
+    records.append((C, [CandidateScore(A, 0.0, 0.0, 0.0), CandidateScore(B, -4.0, 0.0, 0.0)]))
+    hotter = calibration_report(records, RerankConfig(forward_weight=0.0, channel_weight=0.0))
+    assert hotter["right"] == 3 and hotter["fitted_temperature"] > cal["fitted_temperature"]  # confidence 3/5
+    one = calibration_report(records, RerankConfig(forward_weight=0.0, channel_weight=0.0, top_k=1))
+    assert one["ece"] == pytest.approx(1 - 0.6)  # a single candidate is always 100% sure
 
 
 def test_command_line_scores_grid_and_bad_score_file(shop: dict[str, Path], tmp_path: Path,
@@ -145,6 +177,7 @@ def test_command_line_scores_grid_and_bad_score_file(shop: dict[str, Path], tmp_
                        "--rerank.n-examples", "2", "--scores-out", str(scores), "--threads", "1", "--no-progress"])
     assert set(out) == {"validation", "q.jsonl"}
     assert out["validation"]["n"] == len(LABELLED) and out["q.jsonl"]["n"] == 2
+    assert all(0.0 <= out[g][k] <= 1.0 for g in out for k in ("ece_router", "ece_reranked"))
     router = Router.from_pretrained(shop["router"])
     right = sum(r.path == p for r, (_, p) in zip(router.route_batch([q for q, _ in LABELLED]), LABELLED))
     assert out["validation"]["router_right"] == right
@@ -169,6 +202,10 @@ def test_command_line_scores_grid_and_bad_score_file(shop: dict[str, Path], tmp_
     printed = rerank_main(["--grid", str(scores), "--grid-top-k", "1", "3"])["grid"]
     assert printed.startswith("first 1 candidates of the router\n") and "\n\nfirst 3 candidates of the router\n" in printed
     assert printed.endswith(table)
+    grid_out = rerank_main(["--grid", str(scores), "--rerank.temperature", "2"])
+    assert grid_out["calibration"] == calibration_report(records, RerankConfig(temperature=2.0))
+    assert grid_out["calibration"]["n"] == len(records) and grid_out["calibration"]["temperature"] == 2.0
+    assert "ECE" in capsys.readouterr().out.splitlines()[-1]
 
     capsys.readouterr()
     bad = tmp_path / "bad.jsonl"
