@@ -7,7 +7,7 @@ The chain the project is about, for one question at a time or a file of them:
 
 1. the router predicts the join path and says how sure it is (calibrated confidence, the
    alternatives when it is unsure) and which database values the question names; with
-   ``--rerank-model`` a language model rescores its five best routes (:mod:`generator.rerank`);
+   ``--rerank-model`` a language model rescores its ten best routes (:mod:`generator.rerank`);
 2. the generator writes the SQL from a prompt built as it was trained (:class:`~generator.prompt.PromptSettings`
    recorded in its folder), with the linked values as literals; by default the ``FROM ... JOIN``
    clause is the routed path's (:mod:`generator.constrained`), and with ``--samples N`` the
@@ -302,9 +302,9 @@ class AskConfig:
     timeout_s: float = 5.0
     """Seconds each query may run."""
     rerank_model: str | None = None
-    """Rescore the router's five best routes with this language model before writing the query: Qwen2.5-Coder-1.5B-Instruct, SmolLM2-135M-Instruct or a local model folder (slower: a few seconds per question on a CPU)."""
-    rerank_describe: bool = False
-    """With --rerank-model: show the database's table and column descriptions to that model (helps where names are abbreviations; slower)."""
+    """Rescore the router's ten best routes with this language model before writing the query: Qwen2.5-Coder-1.5B-Instruct, SmolLM2-135M-Instruct or a local model folder (slower: about 25 seconds per question on one CPU core)."""
+    rerank_describe: bool = True
+    """With --rerank-model: show the database's table and column descriptions to that model (helps where names are abbreviations; False: names only, a little faster)."""
     threads: int = 0
     """Torch CPU threads (0: all cores)."""
 

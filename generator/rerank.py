@@ -59,8 +59,8 @@ class RerankConfig:
 
     model: str = QWEN_CODER_GENERATOR
     """Causal LM that scores the routes: Qwen2.5-Coder-1.5B-Instruct, SmolLM2-135M-Instruct or a local HF model directory."""
-    top_k: int = 5
-    """How many of the router's best routes are rescored."""
+    top_k: int = 10
+    """How many of the router's best routes are rescored (the time per question grows with it)."""
     forward_weight: float = 0.5
     """Weight of log p(route | question) (summed over the route's tokens)."""
     channel_weight: float = 2.0
@@ -69,9 +69,9 @@ class RerankConfig:
     """Example questions with their routes shown in the prompt (taken from the training questions when given; 0: none)."""
     max_values: int = 3
     """Linked values shown with each question."""
-    describe: bool = False
-    """Show the table and column descriptions of the data set's sidecar in the prompt's schema (helps where names are abbreviations)."""
-    temperature: float = 1.0
+    describe: bool = True
+    """Show the table and column descriptions of the data set's sidecar in the prompt's schema (helps where names are abbreviations; a schema without descriptions is shown as without it)."""
+    temperature: float = 2.7
     """The reranked route's confidence is softmax(combined score / temperature) over the rescored candidates (python -m evaluation.rerank --grid fits it on questions with gold routes)."""
     dtype: str = "float32"
     """Weight dtype of the scoring model (float32 is the fastest on most CPUs)."""

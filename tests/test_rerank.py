@@ -106,10 +106,11 @@ def test_choose_replaces_path_skeleton_order_and_confidence_with_the_reranked_on
     assert out.route.skeleton == reranker.router.graph.skeleton(paths[2])
     assert out.route.prob == pytest.approx(probs[2])
     assert [p for p, _ in out.route.top_k] == [paths[2], paths[0], paths[1]]
-    # the confidence is the softmax of the combined scores at temperature 1, reordered with the routes
-    totals = [math.log(q) + (-50.0 if j < 2 else 0.0) for j, q in enumerate(probs)]
+    # the confidence is the softmax of the combined scores at the config's temperature, reordered with the routes
+    temp = reranker.config.temperature
+    totals = [(math.log(q) + (-50.0 if j < 2 else 0.0)) / temp for j, q in enumerate(probs)]
     soft = [math.exp(t) / sum(math.exp(u) for u in totals) for t in totals]
-    assert out.route.confidence == pytest.approx(soft[2]) and out.route.confidence > 0.99
+    assert out.route.confidence == pytest.approx(soft[2]) and out.route.confidence > 0.99  # 50 nats apart
     assert out.route.top_k_confidence == pytest.approx([soft[j] for j in (2, 0, 1)])
     assert not out.route.uncertain
     # a hotter temperature spreads the confidence: the pick is the same, now marked uncertain
@@ -153,15 +154,15 @@ def test_calibration_report_fits_the_temperature_that_makes_the_confidence_the_a
     # the router prefers A by 4 nats; A is right for 3 of 4 questions; a fifth question's gold is no candidate
     records = [(A, [CandidateScore(A, 0.0, 0.0, 0.0), CandidateScore(B, -4.0, 0.0, 0.0)]) for _ in range(3)]
     records.append((B, [CandidateScore(A, 0.0, 0.0, 0.0), CandidateScore(B, -4.0, 0.0, 0.0)]))
-    cal = calibration_report(records, RerankConfig(forward_weight=0.0, channel_weight=0.0))
+    cal = calibration_report(records, RerankConfig(forward_weight=0.0, channel_weight=0.0, temperature=1.0))
     assert cal["n"] == 4 and cal["right"] == 3
     assert cal["ece"] == pytest.approx(1 / (1 + math.exp(-4.0)) - 0.75, abs=1e-6)  # at temperature 1
     assert cal["fitted_temperature"] == pytest.approx(4.0 / math.log(3.0), rel=1e-4)  # confidence 3/4
     assert cal["fitted_ece"] == pytest.approx(0.0, abs=1e-6)
     records.append((C, [CandidateScore(A, 0.0, 0.0, 0.0), CandidateScore(B, -4.0, 0.0, 0.0)]))
-    hotter = calibration_report(records, RerankConfig(forward_weight=0.0, channel_weight=0.0))
+    hotter = calibration_report(records, RerankConfig(forward_weight=0.0, channel_weight=0.0, temperature=1.0))
     assert hotter["right"] == 3 and hotter["fitted_temperature"] > cal["fitted_temperature"]  # confidence 3/5
-    one = calibration_report(records, RerankConfig(forward_weight=0.0, channel_weight=0.0, top_k=1))
+    one = calibration_report(records, RerankConfig(forward_weight=0.0, channel_weight=0.0, top_k=1, temperature=1.0))
     assert one["ece"] == pytest.approx(1 - 0.6)  # a single candidate is always 100% sure
 
 
