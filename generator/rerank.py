@@ -70,7 +70,7 @@ class RerankConfig:
     max_values: int = 3
     """Linked values shown with each question."""
     describe: bool = True
-    """Show the table and column descriptions of the data set's sidecar in the prompt's schema (helps where names are abbreviations; a schema without descriptions is shown as without it)."""
+    """Show the table and column descriptions of the data set's sidecar in the prompt's schema (helps where names are abbreviations; a schema without descriptions is listed by its names alone)."""
     temperature: float = 2.7
     """The reranked route's confidence is softmax(combined score / temperature) over the rescored candidates (python -m evaluation.rerank --grid fits it on questions with gold routes)."""
     dtype: str = "float32"
