@@ -102,7 +102,7 @@ class ABConfig:
     rerank_model: str | None = None
     """Also route with the PPO router (else the SFT one) whose ten best routes a language model rescores (method rerank; the routed condition then uses it): Qwen2.5-Coder-1.5B-Instruct, SmolLM2-135M-Instruct or a local model folder. Slow: about 25 seconds per question on one CPU core."""
     rerank_describe: bool = True
-    """With --rerank-model: show the database's table and column descriptions to that model (helps where names are abbreviations; False: names only, a little faster)."""
+    """With --rerank-model: show the database's table and column descriptions to that model (helps where names are abbreviations; False: names only, faster)."""
     samples: int = 1
     """Candidate queries per question; above 1, N-1 more are sampled (temperature 0.7) and the answer is voted by result (self-consistency)."""
     timeout_s: float = 5.0

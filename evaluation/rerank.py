@@ -33,7 +33,7 @@ from core.cli import parse, run_main
 from core.errors import ConfigError, DataError
 from core.graph import JoinPath
 from evaluation.paired import exact_mcnemar
-from generator.rerank import CandidateScore, RerankConfig, confidences, rank
+from generator.rerank import CandidateScore, RerankConfig, rank
 
 GRID_FORWARD = (0.0, 0.1, 0.25, 0.5, 1.0, 2.0)
 GRID_CHANNEL = (0.0, 0.1, 0.25, 0.5, 1.0, 2.0)
@@ -154,8 +154,8 @@ def calibration_report(records: Sequence[tuple[JoinPath, list[CandidateScore]]],
         totals[i, : len(cands)] = torch.tensor([c.total(fw, cw) for c in cands], dtype=torch.float64)
     right = torch.tensor([pick(cands, fw, cw) == gold for gold, cands in cut], dtype=torch.bool)
 
-    def ece(temperature: float) -> float:
-        return _ece([max(confidences(cands, fw, cw, temperature)) for _, cands in cut], right.tolist())
+    def ece(temperature: float) -> float:  # the chosen route's confidence: generator.rerank.confidences, row-wise
+        return _ece(torch.softmax(totals / temperature, dim=-1).max(dim=-1).values.tolist(), right.tolist())
 
     fitted = fit_confidence_temperature(totals, right)
     return {"n": len(cut), "right": int(right.sum()), "temperature": config.temperature, "ece": ece(config.temperature),

@@ -304,7 +304,7 @@ class AskConfig:
     rerank_model: str | None = None
     """Rescore the router's ten best routes with this language model before writing the query: Qwen2.5-Coder-1.5B-Instruct, SmolLM2-135M-Instruct or a local model folder (slower: about 25 seconds per question on one CPU core)."""
     rerank_describe: bool = True
-    """With --rerank-model: show the database's table and column descriptions to that model (helps where names are abbreviations; False: names only, a little faster)."""
+    """With --rerank-model: show the database's table and column descriptions to that model (helps where names are abbreviations; False: names only, faster)."""
     threads: int = 0
     """Torch CPU threads (0: all cores)."""
 
