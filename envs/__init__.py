@@ -12,7 +12,8 @@ id                                 what                                         
 v0``                               featurizer (no model needed)
 ``route2sql/SchemaRouting-v1``     v0 plus unlabelled questions (``unlabelled=FILE``,     none
                                    ``unlabelled_ratio``) paid by the label-free reward
-                                   (:mod:`rewards.label_free`); the env PPO trains in
+                                   (:mod:`rewards.label_free`; a judged log's language-
+                                   model judge); the env PPO trains in
 ``route2sql/SchemaRoutingHashed-   v1 with the hashed n-gram featurizer                  none
 v1``
 =================================  ===================================================  ==========
@@ -31,7 +32,7 @@ from gymnasium.envs.registration import register, registry
 from envs.evidence import CachedRowCounter, QuestionEvidence, question_evidence
 from envs.featurizers import EncoderFeaturizer, FeatureTable, HashedNgramFeaturizer, QuestionFeaturizer, TokenFeaturizer
 from envs.schema_routing import SchemaRoutingEnv, resolve_featurizer
-from envs.schema_routing_v1 import SchemaRoutingV1Env, read_unlabelled
+from envs.schema_routing_v1 import SchemaRoutingV1Env, read_judges, read_unlabelled
 from envs.wrappers import RewardShapingWrapper, Transition
 
 ENV_IDS = (
@@ -56,6 +57,7 @@ __all__ = [
     "QuestionEvidence",
     "SchemaRoutingV1Env",
     "question_evidence",
+    "read_judges",
     "read_unlabelled",
     "EncoderFeaturizer",
     "FeatureTable",

@@ -26,8 +26,10 @@ import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-from core.graph import SchemaGraph
+from core.errors import DataError
+from core.graph import JoinPath, SchemaGraph
 from core.schema import Table
 from core.values import ValueIndex, ValueMatch
 from data_pipeline.backends.sqlite import SQLiteExecutor
@@ -47,10 +49,41 @@ class QuestionEvidence:
         matches: the values it mentions, best first (restricted to the schema's tables).
         evidence: ``{table: score in [0, 1]}`` for every table, from
             :func:`rewards.label_free.target_evidence`.
+        judge: a language-model judge's ``{route: p}`` (:func:`read_judge`), or None.
     """
 
     matches: tuple[ValueMatch, ...]
     evidence: dict[str, float] = field(default_factory=dict)
+    judge: dict[JoinPath, float] | None = None
+
+
+def read_judge(record: dict[str, Any], graph: SchemaGraph, where: str | Path, line: int | None = None) -> dict[JoinPath, float] | None:
+    """The ``judge`` field of one line of a judged question log (``python -m generator.judge``) as
+    ``{route: p}``; None when the line has none.
+
+    Raises:
+        DataError: the field is not ``{"routes": [{"path": {...}, "p": number in [0, 1]}, ...]}``
+            with paths of ``graph``'s schema (``where`` and ``line`` named).
+    """
+    judge = record.get("judge")
+    if judge is None:
+        return None
+    routes = judge.get("routes") if isinstance(judge, dict) else None
+    if not isinstance(routes, list) or not routes:
+        raise DataError("field 'judge' must hold a non-empty list 'routes'", where=where, line=line)
+    out: dict[JoinPath, float] = {}
+    for r in routes:
+        if not isinstance(r, dict):
+            raise DataError(f"judge route must be an object, got {r!r}", where=where, line=line)
+        p = r.get("p")
+        if isinstance(p, bool) or not isinstance(p, int | float) or not 0.0 <= p <= 1.0:
+            raise DataError(f"judge route p must be a number in [0, 1], got {p!r}", where=where, line=line)
+        path = JoinPath.from_dict(r.get("path"), where=str(where), line=line)
+        unknown = [t for t in (path.anchor, *path.via, path.target) if t not in graph.schema.table_names]
+        if unknown:
+            raise DataError(f"judge route names table(s) {unknown} that the schema lacks", where=where, line=line)
+        out[path] = float(p)
+    return out
 
 
 def question_evidence(

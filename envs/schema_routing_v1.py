@@ -3,8 +3,9 @@ paid by the label-free reward where no gold path exists (issue 17 B)."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, SupportsFloat
 
@@ -12,11 +13,11 @@ import numpy as np
 
 from core.dataset import load_dataset
 from core.errors import ConfigError, DataError
-from core.graph import SchemaGraph
+from core.graph import JoinPath, SchemaGraph
 from core.io import read_jsonl_lines
 from core.samples import SPLITS, Sample
 from core.values import ValueIndex
-from envs.evidence import CachedRowCounter, QuestionEvidence, SpanFinder, question_evidence
+from envs.evidence import CachedRowCounter, QuestionEvidence, SpanFinder, question_evidence, read_judge
 from envs.featurizers import FeatureTable, QuestionFeaturizer
 from envs.schema_routing import ObsType, SchemaRoutingEnv, resolve_featurizer
 from rewards.label_free import COMPONENTS as LABEL_FREE_COMPONENTS
@@ -35,6 +36,16 @@ def _within_limit(question: str, where: str | Path, line: int | None = None) -> 
     if len(question) > MAX_QUESTION_CHARS:
         raise DataError(f"question of {len(question)} characters (at most {MAX_QUESTION_CHARS})", where=where, line=line)
     return question
+
+
+def read_judges(path: str | Path, graph: SchemaGraph) -> list[dict[JoinPath, float] | None]:
+    """The ``judge`` field of each line of a question log as ``{route: p}`` (None for a line
+    without one), in the order of :func:`read_unlabelled`.
+
+    Raises:
+        DataError: a malformed ``judge`` field (:func:`envs.evidence.read_judge`; file and line named).
+    """
+    return [read_judge(rec, graph, path, line) for line, rec in read_jsonl_lines(path)]
 
 
 def read_unlabelled(path: str | Path) -> list[str]:
@@ -79,7 +90,10 @@ class SchemaRoutingV1Env(SchemaRoutingEnv):
 
     - unlabelled question: the label-free reward
       :func:`rewards.label_free.label_free_components` (legal, value_anchor, rows, detour,
-      target_evidence; at most 1.5 with the default :class:`LabelFreeConfig`);
+      target_evidence; at most 1.5 with the default :class:`LabelFreeConfig`). A question of a
+      judged log (``python -m generator.judge``: a ``judge`` field on its line, or ``judges``)
+      is paid ``judge`` instead, the language-model judge's p of the route (the heuristic
+      components scaled by ``LabelFreeConfig.heuristics_with_judge``, default 0);
     - labelled question: v0's conditional reward (:func:`rewards.router.path_reward_components`:
       no via credit when the anchor is wrong, 10x on a right non-null via), plus
       ``label_free_weight`` x the label-free total when ``label_free_weight > 0`` (default 0: the
@@ -114,9 +128,11 @@ class SchemaRoutingV1Env(SchemaRoutingEnv):
     v0's (``graph``/``samples`` or ``data_dir``/``split``, ``featurizer``, ``features``,
     ``reward_config``, ``include_action_mask``, ``render_mode``), plus:
 
-    - ``unlabelled``: a JSONL file of ``{"question": ...}`` lines or a list of question strings;
-      None: labelled questions only (the reward is then v0's, plus the label-free part when
+    - ``unlabelled``: a JSONL file of ``{"question": ...}`` lines (a line may carry the ``judge``
+      field of ``python -m generator.judge``) or a list of question strings; None: labelled
+      questions only (the reward is then v0's, plus the label-free part when
       ``label_free_weight > 0``).
+    - ``judges``: with a list of questions, the judge's ``{route: p}`` of each (or None).
     - ``unlabelled_ratio``: probability that an episode draws an unlabelled question (default
       0.5 when ``unlabelled`` is given; must be 0 without it).
     - ``label_free``: the :class:`LabelFreeConfig`.
@@ -131,7 +147,7 @@ class SchemaRoutingV1Env(SchemaRoutingEnv):
 
     ## Version History
 
-    - v1: unlabelled questions, label-free reward (issue 17).
+    - v1: unlabelled questions, label-free reward (issue 17), the judge's reward on judged questions.
     - v0: initial version.
 
     Raises (constructor):
@@ -151,6 +167,7 @@ class SchemaRoutingV1Env(SchemaRoutingEnv):
         split: str | None = "train",
         unlabelled: str | Path | Sequence[str] | None = None,
         unlabelled_ratio: float | None = None,
+        judges: Sequence[Mapping[JoinPath, float] | None] | None = None,
         featurizer: QuestionFeaturizer | Sequence[QuestionFeaturizer] | str = "encoder",
         features: FeatureTable | None = None,
         reward_config: RewardConfig | None = None,
@@ -174,6 +191,8 @@ class SchemaRoutingV1Env(SchemaRoutingEnv):
             values = values if values is not None else ds.values
             db_path = db_path if db_path is not None or count_rows is not None else (ds.db_path if str(ds.db_path) else None)
         if isinstance(unlabelled, str | Path):
+            if judges is not None:
+                raise ConfigError("give judges with a list of questions; a file's judges are read from its lines", where="judges")
             self.unlabelled_file: Path | None = Path(unlabelled)
             questions = read_unlabelled(unlabelled)
         else:
@@ -227,6 +246,14 @@ class SchemaRoutingV1Env(SchemaRoutingEnv):
             self.evidence = list(evidence)
         else:
             self.evidence = [question_evidence(q, self.graph, values, mention_spans) for q in self.questions] if needs_label_free else []
+        if self.unlabelled_file is not None:
+            judges = read_judges(self.unlabelled_file, self.graph)
+        if judges is not None:
+            if len(judges) != len(questions):
+                raise ConfigError(f"judges hold {len(judges)} entries but there are {len(questions)} unlabelled questions", where="judges")
+            for k, j in enumerate(judges):
+                if j is not None:
+                    self.evidence[self.n_labelled + k] = dataclasses.replace(self.evidence[self.n_labelled + k], judge=dict(j))
 
     def _placeholders(self, graph: SchemaGraph, first: Sample) -> list[Sample]:
         """The unlabelled questions as rows of v0's sample list (their ``path`` is never read)."""
@@ -275,7 +302,7 @@ class SchemaRoutingV1Env(SchemaRoutingEnv):
         if self.evidence:
             ev = self.evidence[index]
             assert self.count_rows is not None
-            lf = label_free_components(path, self.graph, ev.matches, ev.evidence, self.count_rows, self.label_free)
+            lf = label_free_components(path, self.graph, ev.matches, ev.evidence, self.count_rows, self.label_free, ev.judge)
             for k in (*LABEL_FREE_COMPONENTS, "anchor_ok", "n_rows"):
                 comp[f"label_free/{k}"] = lf[k]
             lf_total = lf["total"]

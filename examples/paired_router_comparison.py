@@ -12,7 +12,9 @@ The pairs of all data sets are pooled into one union per split, on which the exa
     python examples/paired_router_comparison.py --data /tmp/r5/northwind /tmp/r5/chinook \\
         --a /tmp/r5/r_northwind /tmp/r5/r_chinook --b /tmp/ppo17/nw /tmp/ppo17/ch --splits human test
 
-``--a`` and ``--b`` list one router folder per data set, in the same order.
+``--a`` and ``--b`` list one router folder per data set, in the same order. ``--questions`` adds
+one file of questions with gold routes per data set (the development sets of
+``evaluation/dev_sets``), pooled as the split ``questions``.
 """
 
 from __future__ import annotations
@@ -37,6 +39,8 @@ class Args:
     """Candidate router folders (e.g. PPO), one per data set, same order."""
     splits: tuple[str, ...] = ("human", "test")
     """Splits scored (each pooled over the data sets)."""
+    questions: tuple[Path, ...] = ()
+    """Files of questions with gold routes (one JSON object per line, as evaluation/dev_sets), one per data set, same order; scored as the split "questions"."""
     threads: int = 0
     """Torch CPU threads (0: all cores)."""
     out: Path | None = None
@@ -45,6 +49,8 @@ class Args:
     def __post_init__(self) -> None:
         if not (len(self.data) == len(self.a) == len(self.b)) or not self.data:
             raise ConfigError(f"--data ({len(self.data)}), --a ({len(self.a)}) and --b ({len(self.b)}) must list the same number of folders", where="--a")
+        if self.questions and len(self.questions) != len(self.data):
+            raise ConfigError(f"must list one file per --data folder ({len(self.data)}), got {len(self.questions)}", where="--questions")
 
 
 def main(argv: Sequence[str] | None = None) -> dict:
@@ -52,17 +58,19 @@ def main(argv: Sequence[str] | None = None) -> dict:
     import torch
 
     from core.dataset import load_dataset
+    from data_pipeline.human_sets import load_human_questions
     from router.route import Router
 
     args = parse(Args, argv, description=__doc__.split("\n\n")[0])
     if args.threads:
         torch.set_num_threads(args.threads)
     results: dict = {}
-    for split in args.splits:
+    for split in (*args.splits, *(("questions",) if args.questions else ())):
         rows, union = [], {"n": 0, "a": 0, "b": 0, "both": 0, "a_only": 0, "b_only": 0, "neither": 0}
-        for data, ra, rb in zip(args.data, args.a, args.b, strict=True):
+        for i, (data, ra, rb) in enumerate(zip(args.data, args.a, args.b, strict=True)):
             ds = load_dataset(data)
-            samples = ds.split(split)
+            samples = (load_human_questions(args.questions[i], ds.graph, db_name=ds.schema.name) if split == "questions"
+                       else ds.split(split))
             if not samples:
                 continue
             qs = [s.question for s in samples]

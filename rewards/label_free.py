@@ -42,6 +42,16 @@ nothing by ``rows``. Where a gold label exists, the env adds the labelled condit
 :mod:`rewards.router` (10x weight on a non-null via), which stays the only one that knows the
 exact via.
 
+**The judge.** A question of a judged question log (``python -m generator.judge``) also carries
+a language model's preference over the router's best routes, ``{route: p}`` with the p summing to
+1 (the reranked confidence of :mod:`generator.rerank`). It pays ``judge``: ``judge_weight`` (1.0)
+x the route's p, 0 for a route the judge did not score. On such a question the heuristic
+components above (all but ``legal``) are scaled by ``heuristics_with_judge`` (default 0): on the
+120 development questions of ``evaluation/dev_sets`` the judge alone makes the gold route the
+single best of all legal routes for 94, the judge plus the heuristics at weight 0.1 / 0.5 / 1 for
+93 / 91 / 90, the heuristics alone for 49 (the judge at the router's five best routes, weights
+0.5 / 2, temperature 2.7).
+
 >>> from core.values import ValueMatch
 >>> from core.graph import JoinPath, SchemaGraph
 >>> from core.schema import Schema, Table, Column, ForeignKey
@@ -73,7 +83,7 @@ from core.graph import JoinPath, SchemaGraph
 from core.sqlite import sql_ident
 from core.values import ValueMatch
 
-COMPONENTS = ("legal", "value_anchor", "rows", "detour", "target_evidence")
+COMPONENTS = ("legal", "value_anchor", "rows", "detour", "target_evidence", "judge")
 """Names of the label-free components, in the order they are reported."""
 
 RowCounter = Callable[[str], "int | None"]
@@ -117,9 +127,14 @@ class LabelFreeConfig:
     """No rows credit when the anchor is wrong (the label-free via credit; off only for ablations)."""
     clip: float = 2.0
     """The total is clipped to [-clip, clip]."""
+    judge_weight: float = 1.0
+    """Paid times the language-model judge's p of the route, on questions of a judged question log (python -m generator.judge)."""
+    heuristics_with_judge: float = 0.0
+    """On a judged question, the value, rows, detour and target components are scaled by this (0: the judge alone, plus the illegal-route penalty)."""
 
     def __post_init__(self) -> None:
-        for name in ("anchor_weight", "rows_weight", "target_weight", "detour_penalty", "clip"):
+        for name in ("anchor_weight", "rows_weight", "target_weight", "detour_penalty", "clip", "judge_weight",
+                     "heuristics_with_judge"):
             if not getattr(self, name) >= 0:
                 raise ConfigError(f"must be >= 0, got {getattr(self, name)}", where=name)
         if self.illegal_penalty > 0:
@@ -241,6 +256,17 @@ def target_evidence(
     return out
 
 
+def judge_reward(path: JoinPath, judge: Mapping[JoinPath, float], weight: float = 1.0) -> float:
+    """``weight`` x the judge's p of ``path`` (0 when the judge did not score it).
+
+    >>> judge_reward(JoinPath("a", (), "b"), {JoinPath("a", (), "b"): 0.75, JoinPath("a", (), "a"): 0.25}, 2.0)
+    1.5
+    >>> judge_reward(JoinPath("b", (), "b"), {JoinPath("a", (), "b"): 1.0})
+    0.0
+    """
+    return weight * float(judge.get(path, 0.0))
+
+
 def label_free_components(
     path: JoinPath,
     graph: SchemaGraph,
@@ -248,6 +274,7 @@ def label_free_components(
     evidence: Mapping[str, float],
     count_rows: RowCounter,
     config: LabelFreeConfig | None = None,
+    judge: Mapping[JoinPath, float] | None = None,
 ) -> dict[str, float]:
     """Every label-free component of one route, by name (:data:`COMPONENTS`), plus ``anchor_ok``,
     ``n_rows``, ``raw_total`` and ``total``.
@@ -259,6 +286,9 @@ def label_free_components(
         evidence: ``{table: score in [0, 1]}`` from :func:`target_evidence`; a missing table is 0.
         count_rows: runs a ``SELECT COUNT(*)`` text; None when it could not run.
         config: weights; ``LabelFreeConfig()`` when None.
+        judge: the language-model judge's ``{route: p}`` for this question (a judged question
+            log's line), or None. When given, ``judge`` is paid and the other components but
+            ``legal`` are scaled by ``config.heuristics_with_judge`` (module docstring).
 
     Returns:
         Floats. ``anchor_ok`` is 1.0 when the anchor is right (module docstring), ``n_rows`` the
@@ -293,6 +323,10 @@ def label_free_components(
         comp["n_rows"] = float(n_rows) if n_rows is not None else -1.0
         if n_rows is not None and 1 <= n_rows <= cfg.row_budget and (comp["anchor_ok"] or not cfg.conditional_rows):
             comp["rows"] = cfg.rows_weight
+    if judge is not None and comp["legal"] == 0.0:  # an illegal route gets only the penalty
+        comp["judge"] = judge_reward(path, judge, cfg.judge_weight)
+        for k in ("value_anchor", "rows", "detour", "target_evidence"):
+            comp[k] *= cfg.heuristics_with_judge
     raw = sum(comp[k] for k in COMPONENTS)
     comp["raw_total"] = raw
     comp["total"] = max(-cfg.clip, min(cfg.clip, raw))
@@ -306,15 +340,18 @@ def label_free_rewards(
     evidence: Sequence[Mapping[str, float]],
     count_rows: RowCounter,
     config: LabelFreeConfig | None = None,
+    judges: Sequence[Mapping[JoinPath, float] | None] | None = None,
 ) -> list[float]:
-    """Batch form: one clipped total per route, shape ``(batch,)``.
+    """Batch form: one clipped total per route, shape ``(batch,)``; ``judges`` one per route or None.
 
     Raises:
         ValueError: when ``paths``, ``matches`` and ``evidence`` differ in length.
     """
-    if not len(paths) == len(matches) == len(evidence):
-        raise ValueError(f"paths ({len(paths)}), matches ({len(matches)}) and evidence ({len(evidence)}) differ in length")
+    judges = [None] * len(paths) if judges is None else judges
+    if not len(paths) == len(matches) == len(evidence) == len(judges):
+        raise ValueError(f"paths ({len(paths)}), matches ({len(matches)}), evidence ({len(evidence)}) "
+                         f"and judges ({len(judges)}) differ in length")
     return [
-        label_free_components(p, graph, m, e, count_rows, config)["total"]
-        for p, m, e in zip(paths, matches, evidence, strict=True)
+        label_free_components(p, graph, m, e, count_rows, config, j)["total"]
+        for p, m, e, j in zip(paths, matches, evidence, judges, strict=True)
     ]

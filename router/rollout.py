@@ -25,6 +25,7 @@ label-free target evidence reads the same table mentions as the router's link fe
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 
 import gymnasium as gym
@@ -32,7 +33,7 @@ import numpy as np
 import torch
 from gymnasium import spaces
 
-from core.graph import SchemaGraph
+from core.graph import JoinPath, SchemaGraph
 from core.samples import Sample
 from core.values import ValueIndex
 import envs  # noqa: F401  (registers the ids)
@@ -92,6 +93,7 @@ def make_routing_envs(
     values: ValueIndex | None = None,
     db_path: str | None = None,
     count_rows: RowCounter | None = None,
+    judges: Sequence[Mapping[JoinPath, float] | None] | None = None,
 ) -> gym.vector.SyncVectorEnv:
     """``n_envs`` copies of ``route2sql/SchemaRouting-v1`` over ``split``'s rows sharing one feature table.
 
@@ -105,6 +107,8 @@ def make_routing_envs(
         label_free, label_free_weight: the label-free reward's weights and its weight on labelled questions.
         values, db_path, count_rows: the value index and the database the label-free reward links
             and counts on (``count_rows`` overrides ``db_path``); needed when it is paid.
+        judges: per unlabelled row, the language-model judge's ``{route: p}`` (a judged question
+            log, ``envs.schema_routing_v1.read_judges``) or None; such a row is paid the judge's reward.
 
     The label-free evidence (value matches, target evidence) is computed once for every row and
     shared, as is the row counter's cache. ``SAME_STEP`` autoreset: a step returns the next
@@ -118,6 +122,10 @@ def make_routing_envs(
     if needs_label_free and count_rows is None and db_path:
         count_rows = CachedRowCounter(db_path)
     evidence = [question_evidence(s.question, graph, values) for s in split.samples] if needs_label_free else None
+    if judges is not None and evidence is not None:
+        if len(judges) != len(questions):
+            raise ValueError(f"judges hold {len(judges)} entries but there are {len(questions)} unlabelled rows")
+        evidence[n_lab:] = [dataclasses.replace(e, judge=None if j is None else dict(j)) for e, j in zip(evidence[n_lab:], judges, strict=True)]
     kwargs = {
         "graph": graph, "samples": labelled, "unlabelled": questions, "unlabelled_ratio": unlabelled_ratio,
         "features": features, "reward_config": reward_config, "label_free": label_free,

@@ -2,6 +2,7 @@
 
     python -m router.train_ppo --init runs/sft/northwind --data runs/data/northwind --out runs/ppo/northwind
     python -m router.train_ppo ... --unlabelled data_pipeline/unlabelled/northwind.jsonl --unlabelled-ratio 0.5
+    python -m router.train_ppo ... --unlabelled judged.jsonl    # a log judged by python -m generator.judge
 
 The loop reads top to bottom like ``cleanrl/ppo.py``: roll out the policy in the registered
 schema-routing env (:mod:`envs.schema_routing`, ``n_envs`` copies, one question per episode),
@@ -96,7 +97,7 @@ from core.cli import parse, run_main
 from core.dataset import load_dataset
 from core.errors import CheckpointError, ConfigError, DataError
 from core.io import write_json, write_jsonl
-from envs.schema_routing_v1 import read_unlabelled
+from envs.schema_routing_v1 import read_judges, read_unlabelled
 from rewards.label_free import LabelFreeConfig
 from rewards.router import RewardConfig
 from router.buffer import RolloutBuffer
@@ -140,6 +141,8 @@ class PPOConfig:
     """PPO clip range epsilon: the ratio is clipped to [1 - eps, 1 + eps]; unset: the preset's (0.1)."""
     target_kl: float = 0.1
     """Stop an update's epochs when a minibatch's approx_kl exceeds this (0.1 by default)."""
+    anneal_lr: bool = True
+    """Decay both learning rates to 0 over the run (cosine); False keeps them constant."""
     total_updates: int | None = None
     """PPO updates (rollout + optimisation) in the whole run; unset: the preset's (30)."""
     n_envs: int = 16
@@ -193,7 +196,7 @@ class PPOConfig:
     reward: RewardConfig = field(default_factory=RewardConfig)
     """Router reward (rewards.router) paid by the env on labelled questions."""
     unlabelled: Path | None = None
-    """Questions without labels (a question log: JSONL, one {"question": ...} a line) mixed into the rollouts and paid by the label-free reward (rewards.label_free)."""
+    """Questions without labels (a question log: JSONL, one {"question": ...} a line) mixed into the rollouts and paid by the label-free reward; a log judged by python -m generator.judge pays the language model's preference over routes instead."""
     unlabelled_ratio: float = 0.5
     """Share of rollout episodes that draw an unlabelled question (with --unlabelled)."""
     label_free_weight: float = 0.0
@@ -339,6 +342,7 @@ def train(cfg: PPOConfig) -> PPOResult:
     policy.eval()  # dropout off in rollout and update alike: ratio == 1 before the first step
     rewards_table = RewardTable(policy.space, cfg.reward)
     questions = read_unlabelled(cfg.unlabelled) if cfg.unlabelled else []
+    judges = read_judges(cfg.unlabelled, ds.graph) if cfg.unlabelled else None
     if cfg.unlabelled:
         _check_question_lengths(model, questions, cfg.unlabelled)
     unlabelled = unlabelled_samples(questions, ds.graph, ds.schema.name)
@@ -349,14 +353,16 @@ def train(cfg: PPOConfig) -> PPOResult:
     features = routing_features(train_set, vocab_size=len(model.tokenizer))
     envs = make_routing_envs(ds.graph, train_set, features, cfg.reward, cfg.n_envs, n_labelled=len(train_samples),
                              unlabelled_ratio=cfg.unlabelled_ratio if unlabelled else 0.0, label_free=cfg.label_free,
-                             label_free_weight=cfg.label_free_weight, values=ds.values, db_path=str(ds.db_path))  # fmt: skip
+                             label_free_weight=cfg.label_free_weight, values=ds.values, db_path=str(ds.db_path),
+                             judges=judges)  # fmt: skip
     obs_shapes = {k: (s.shape, s.dtype) for k, s in features.spaces.items()} | {"sample_index": ((), np.int64)}
     buffer = RolloutBuffer(cfg.n_steps, cfg.n_envs, obs_shapes, cfg.gamma, cfg.gae_lambda)
     actor_params, critic_params = policy.actor_parameters(), policy.critic_parameters()
     actor_opt = torch.optim.AdamW(actor_params, lr=cfg.actor_lr, weight_decay=0.0)
     critic_opt = torch.optim.Adam(critic_params, lr=cfg.critic_lr)
-    actor_sched = torch.optim.lr_scheduler.LambdaLR(actor_opt, lr_lambda(cfg.total_updates, 0.0))
-    critic_sched = torch.optim.lr_scheduler.LambdaLR(critic_opt, lr_lambda(cfg.total_updates, 0.0))
+    schedule = lr_lambda(cfg.total_updates, 0.0) if cfg.anneal_lr else (lambda step: 1.0)
+    actor_sched = torch.optim.lr_scheduler.LambdaLR(actor_opt, schedule)
+    critic_sched = torch.optim.lr_scheduler.LambdaLR(critic_opt, schedule)
     shuffle_gen = torch.Generator().manual_seed(cfg.seed)
 
     if state is not None:

@@ -23,7 +23,7 @@ from core.errors import ConfigError, DataError
 from core.graph import JoinPath, SchemaGraph
 from core.schema import introspect
 from core.values import ValueIndex
-from envs import SchemaRoutingV1Env, read_unlabelled
+from envs import SchemaRoutingV1Env, read_judges, read_unlabelled
 from tests.test_envs import routing_samples
 
 FIXTURE = Path(__file__).parent / "fixtures" / "unlabelled_shop.jsonl"
@@ -230,3 +230,81 @@ def test_an_over_long_question_in_a_list_names_its_index(shop):
     with pytest.raises(DataError, match=r"unlabelled\[1\]: question of 1001 characters \(at most 1000\)"):
         SchemaRoutingV1Env(graph, routing_samples(graph), values=values, db_path=db, featurizer="hashed:64",
                            unlabelled=["fine", "x" * 1001])  # fmt: skip
+
+
+INTENDED = JoinPath("products", ("order items", "orders"), "customers")
+LOOKUP = JoinPath("products", (), "products")
+
+
+def _judged(tmp_path: Path, judge: object, line: int = 0) -> Path:
+    """The fixture log with ``judge`` as line ``line``'s judge field (the other lines unjudged)."""
+    recs = [json.loads(s) for s in FIXTURE.read_text(encoding="utf-8").splitlines()]
+    recs[line]["judge"] = judge
+    f = tmp_path / "judged.jsonl"
+    f.write_text("".join(json.dumps(r) + "\n" for r in recs), encoding="utf-8")
+    return f
+
+
+def test_a_judged_line_is_paid_the_judge_p_and_the_others_the_label_free_reward(shop, tmp_path):
+    judge = {"routes": [{"path": INTENDED.to_dict(), "p": 0.25}, {"path": LOOKUP.to_dict(), "p": 0.75}]}
+    env = make_v1(shop, unlabelled=_judged(tmp_path, judge), unlabelled_ratio=1.0)
+    i = env.n_labelled  # "Which customers ordered Green Tea?", judged
+    got = {}
+    for path in (INTENDED, LOOKUP, JoinPath("customers", (), "customers")):
+        env.reset(options={"sample_index": i})
+        _, r, _, _, info = env.step(env.action_of(path))
+        got[path] = (r, info["reward_components"]["label_free/judge"])
+    assert got[INTENDED] == pytest.approx((0.25, 0.25)) and got[LOOKUP] == pytest.approx((0.75, 0.75))
+    assert got[JoinPath("customers", (), "customers")] == (0.0, 0.0)  # not judged: nothing
+    env.reset(options={"sample_index": i + 2})  # an unjudged line: the label-free reward as before
+    _, r, _, _, info = env.step(env.action_of(JoinPath("customers", (), "customers")))
+    assert info["reward_components"]["label_free/judge"] == 0.0 and r == pytest.approx(1.5)
+    # the same judges given with a list of questions
+    env2 = make_v1(shop, unlabelled=read_unlabelled(FIXTURE), judges=[{INTENDED: 0.25, LOOKUP: 0.75}, None, None, None])
+    env2.reset(options={"sample_index": i})
+    assert env2.step(env2.action_of(LOOKUP))[1] == pytest.approx(0.75)
+
+
+@pytest.mark.parametrize(("judge", "message"), [
+    ({"routes": []}, "non-empty list 'routes'"),
+    ([1, 2], "non-empty list 'routes'"),
+    ({"routes": [{"path": {"anchor": "products", "via": [], "target": "products"}, "p": 1.5}]}, r"p must be a number in \[0, 1\]"),
+    ({"routes": [{"path": {"anchor": "products", "via": [], "target": "products"}, "p": True}]}, "p must be a number"),
+    ({"routes": [{"path": {"anchor": "products"}, "p": 0.5}]}, "path needs fields"),
+    ({"routes": [{"path": {"anchor": "planets", "via": [], "target": "products"}, "p": 0.5}]}, r"table\(s\) \['planets'\]"),
+    ({"routes": ["products"]}, "must be an object"),
+])  # fmt: skip
+def test_a_bad_judge_field_names_the_file_and_line(shop, tmp_path, judge, message):
+    f = _judged(tmp_path, judge, line=2)
+    with pytest.raises(DataError, match=rf"judged.jsonl:3: .*{message}"):
+        read_judges(f, shop[0])
+    with pytest.raises(DataError, match="judged.jsonl:3"):
+        make_v1(shop, unlabelled=f)
+
+
+def test_judges_must_match_the_questions(shop):
+    with pytest.raises(ConfigError, match="judges hold 1 entries but there are 4"):
+        make_v1(shop, unlabelled=read_unlabelled(FIXTURE), judges=[None])
+    with pytest.raises(ConfigError, match="judges"):
+        make_v1(shop, judges=[None] * 4)  # a file's judges come from its lines
+
+
+def test_ppo_rollout_envs_pay_the_judge_on_judged_rows(shop):
+    from envs import FeatureTable, HashedNgramFeaturizer
+    from rewards.router import RewardConfig
+    from router.rollout import make_routing_envs, unlabelled_samples
+
+    graph, values, db = shop
+    labelled = routing_samples(graph)[:20]
+    questions = read_unlabelled(FIXTURE)
+    rows = labelled + unlabelled_samples(questions, graph)
+    features = FeatureTable.build(HashedNgramFeaturizer(dim=32), rows)
+    action = graph.legal_paths.index(LOOKUP)
+    vec = make_routing_envs(graph, _Rows(rows), features, RewardConfig(), 2, n_labelled=20, unlabelled_ratio=1.0,
+                            values=values, db_path=str(db), judges=[{LOOKUP: 0.75}] * 4)  # fmt: skip
+    vec.reset(seed=0)
+    _, rewards, _, _, info = vec.step(np.full(2, action, dtype=np.int64))
+    assert np.allclose(rewards, 0.75) and np.allclose(info["final_info"]["reward_components"]["label_free/judge"], 0.75)
+    with pytest.raises(ValueError, match="judges hold 1 entries"):
+        make_routing_envs(graph, _Rows(rows), features, RewardConfig(), 1, n_labelled=20, unlabelled_ratio=1.0,
+                          values=values, db_path=str(db), judges=[None])  # fmt: skip

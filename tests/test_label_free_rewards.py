@@ -226,3 +226,47 @@ def test_ablations_reopen_the_hacks(graph) -> None:
     free_rows = LabelFreeConfig(conditional_rows=False)
     lucky = P("Employees", ("Orders",), "Customers")
     assert lf(lucky, free_rows) == pytest.approx(1.0) and lf(lucky) == pytest.approx(0.5)  # via by luck pays when rows are unconditional
+
+
+# -- the language-model judge (a judged question log, python -m generator.judge) ----------------------
+
+JUDGE = {INTENDED: 0.6, P("Products", (), "Products"): 0.3, P("Products", ("Order Details",), "Orders"): 0.1}
+
+
+def test_a_judged_question_pays_the_judge_p_and_scales_the_heuristics(graph) -> None:
+    comp = label_free_components(INTENDED, graph, QUESTION_MATCHES, QUESTION_EVIDENCE, ROWS_BUT_SHIPPERS, judge=JUDGE)
+    assert comp["judge"] == pytest.approx(0.6)
+    assert comp["value_anchor"] == comp["rows"] == comp["target_evidence"] == 0.0  # heuristics_with_judge 0
+    assert comp["anchor_ok"] == 1.0  # still reported, for logging how the two rewards agree
+    assert comp["total"] == pytest.approx(0.6)
+    cfg = LabelFreeConfig(judge_weight=2.0, heuristics_with_judge=0.5)
+    comp = label_free_components(INTENDED, graph, QUESTION_MATCHES, QUESTION_EVIDENCE, ROWS_BUT_SHIPPERS, cfg, JUDGE)
+    assert comp["judge"] == pytest.approx(1.2)
+    assert comp["total"] == pytest.approx(1.2 + 0.5 * 1.5)
+    # without a judge the judge component is 0 and nothing is scaled
+    assert label_free_components(INTENDED, graph, QUESTION_MATCHES, QUESTION_EVIDENCE, ROWS_BUT_SHIPPERS)["judge"] == 0.0
+
+
+# (route, expected total with the judge above, why)
+JUDGE_HACKS = [
+    (P("Products", (), "Products"), 0.3, "always route to the linked value's table: only the p the judge gave it"),
+    (P("Products", ("Order Details", "Orders"), "Employees"), 0.0, "a longest legal path the judge did not score: nothing"),
+    (P("Products", ("Order Details",), "Orders"), 0.1, "a path that returns rows but ends early: its small p"),
+    (P("Products", ("Categories",), "Products"), -1.0, "an illegal route: only the penalty, whatever the judge says"),
+]
+
+
+@pytest.mark.parametrize(("hack", "expected", "why"), JUDGE_HACKS, ids=[h[-1] for h in JUDGE_HACKS])
+def test_judged_hacks_score_below_the_judged_route(graph, hack, expected, why) -> None:
+    judge = dict(JUDGE) | {P("Products", ("Categories",), "Products"): 0.9}  # a judge that scored an illegal route
+    got = label_free_components(hack, graph, QUESTION_MATCHES, QUESTION_EVIDENCE, ROWS_BUT_SHIPPERS, judge=judge)["total"]
+    assert got == pytest.approx(expected), why
+    assert got < 0.6, why
+
+
+def test_batch_form_takes_one_judge_per_route(graph) -> None:
+    paths = [INTENDED, INTENDED]
+    got = label_free_rewards(paths, graph, [QUESTION_MATCHES] * 2, [QUESTION_EVIDENCE] * 2, ROWS_BUT_SHIPPERS, judges=[JUDGE, None])
+    assert got == pytest.approx([0.6, 1.5])
+    with pytest.raises(ValueError, match="judges"):
+        label_free_rewards(paths, graph, [QUESTION_MATCHES] * 2, [QUESTION_EVIDENCE] * 2, ROWS_BUT_SHIPPERS, judges=[JUDGE])

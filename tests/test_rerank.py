@@ -239,3 +239,55 @@ def test_ab_routes_with_the_reranked_router_and_uses_it_for_the_routed_condition
     assert res["routing"]["rerank"]["full_path_acc"] == pytest.approx(want)
     assert best_routing_method({"sft": [], "ppo": [], "rerank": []}) == "rerank"
     assert best_routing_method({"sft": [], "ppo": []}) == "ppo"
+
+
+def test_judge_command_writes_the_reranked_confidences_resumes_and_feeds_the_v1_env(shop: dict[str, Path], tmp_path: Path,
+                                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    from envs import SchemaRoutingV1Env
+    from generator.judge import main as judge_main
+
+    log = tmp_path / "log.jsonl"
+    log.write_text("".join(json.dumps({"question": q, "lang": "en"}) + "\n" for q in
+                           ("which orders did Alice Martin place", "where does the customer Alice Martin live",
+                            "how many items are in order 2")), encoding="utf-8")
+    out = tmp_path / "judged.jsonl"
+    args = ["--router", str(shop["router"]), "--data", str(shop["data"]), "--questions", str(log), "--out", str(out),
+            "--rerank.model", DEFAULT_GENERATOR, "--rerank.top-k", "3", "--rerank.n-examples", "2", "--save-every", "2",
+            "--threads", "1", "--no-progress"]
+    got = judge_main(args)
+    assert got["n"] == got["judged"] == 3 and got["seconds_per_question"] > 0
+    lines = [json.loads(s) for s in out.read_text(encoding="utf-8").splitlines()]
+    assert [r["question"] for r in lines] == [json.loads(s)["question"] for s in log.read_text(encoding="utf-8").splitlines()]
+    assert all(r["lang"] == "en" for r in lines)  # the log's other fields are kept
+    cfg = RerankConfig()
+    for r in lines:
+        j = r["judge"]
+        assert (j["forward_weight"], j["channel_weight"], j["temperature"]) == (cfg.forward_weight, cfg.channel_weight, cfg.temperature)
+        assert len(j["routes"]) == 3 and sum(c["p"] for c in j["routes"]) == pytest.approx(1.0)
+        scores = [CandidateScore(P.from_dict(c["path"]), c["router_logp"], c["forward_logp"], c["channel_logp"]) for c in j["routes"]]
+        assert [c["p"] for c in j["routes"]] == pytest.approx(confidences(scores, cfg.forward_weight, cfg.channel_weight, cfg.temperature))
+    router = Router.from_pretrained(shop["router"])
+    assert [P.from_dict(r["judge"]["routes"][0]["path"]) for r in lines] == [r.path for r in router.route_batch([r["question"] for r in lines])]
+    # a stopped run (its last question missing) is continued: only that question is judged again
+    out.write_text("".join(json.dumps(r) + "\n" for r in lines[:2]), encoding="utf-8")
+    again = judge_main(args)
+    assert again["n"] == 3 and again["judged"] == 1
+    assert [json.loads(s)["question"] for s in out.read_text(encoding="utf-8").splitlines()] == [r["question"] for r in lines]
+    assert judge_main(args)["judged"] == 0  # finished: nothing to do
+    # the judged log is what route2sql/SchemaRouting-v1 pays unlabelled questions by
+    env = SchemaRoutingV1Env(data_dir=shop["data"], unlabelled=out, unlabelled_ratio=1.0, featurizer="hashed:64")
+    first = lines[0]["judge"]["routes"]
+    env.reset(options={"sample_index": env.n_labelled})
+    _, r, _, _, info = env.step(env.action_of(P.from_dict(first[1]["path"])))
+    assert r == pytest.approx(first[1]["p"]) and info["reward_components"]["label_free/judge"] == pytest.approx(first[1]["p"])
+    # an output file of another question log is refused, naming it; a missing option too
+    other = tmp_path / "other.jsonl"
+    other.write_text(json.dumps({"question": "something else"}) + "\n", encoding="utf-8")
+    capsys.readouterr()
+    for bad_args, message in (([*args[:5], str(other), *args[6:]], "judged.jsonl: line 1 is not the judged question 1"),
+                              (args[2:], "--router: is required")):
+        with pytest.raises(SystemExit) as exc:
+            run_main(lambda a=bad_args: judge_main(a))
+        assert exc.value.code == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and message in err[0], err

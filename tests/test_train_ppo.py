@@ -90,6 +90,12 @@ def test_ppo_moves_every_actor_parameter_and_logs(tiny_router, tmp_path):
     assert res.metrics["summary"]["start_val_acc"] == rows[0]["route/full_path_acc"]
 
 
+def test_without_annealing_the_learning_rates_stay_at_their_peak(tiny_router, tmp_path):
+    train(tiny_config(tiny_router, tmp_path / "ppo", actor_lr=1e-3, critic_lr=2e-3, total_updates=2, anneal_lr=False))
+    rows = [json.loads(x) for x in (tmp_path / "ppo.logs" / "metrics.jsonl").read_text().splitlines()]
+    assert [(r["train/actor_lr"], r["train/critic_lr"]) for r in rows[1:]] == [(1e-3, 2e-3), (1e-3, 2e-3)]
+
+
 def test_value_loss_never_reaches_the_actor(tiny_router):
     model, _ = RouterModel.from_pretrained(tiny_router["sft"])
     from data_pipeline import load_dataset
