@@ -74,11 +74,13 @@ def judge_record(record: dict[str, Any], scores: Sequence[CandidateScore], confi
     """``record`` with a ``judge`` field: every candidate's path, reranked confidence ``p`` and log-probs.
 
     ``scores`` are the rescored candidates of ``record["question"]`` (router order); ``p`` is
-    :func:`generator.rerank.confidences` at ``config``'s weights and temperature.
+    :func:`generator.rerank.confidences` at ``config``'s weights and temperature, rounded to 6
+    decimals (log-probs, in nats, to 4).
     """
     p = confidences(scores, config.forward_weight, config.channel_weight, config.temperature)
-    routes = [{"path": c.path.to_dict(), "p": pc, "router_logp": c.router_logp, "forward_logp": c.forward_logp,
-               "channel_logp": c.channel_logp} for c, pc in zip(scores, p, strict=True)]
+    routes = [{"path": c.path.to_dict(), "p": round(pc, 6), "router_logp": round(c.router_logp, 4),
+               "forward_logp": round(c.forward_logp, 4), "channel_logp": round(c.channel_logp, 4)}
+              for c, pc in zip(scores, p, strict=True)]
     return {**record, "judge": {"model": config.model, "forward_weight": config.forward_weight,
                                 "channel_weight": config.channel_weight, "temperature": config.temperature,
                                 "routes": routes}}

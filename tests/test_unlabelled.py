@@ -49,3 +49,21 @@ def test_normalise_matches_what_a_person_would_call_the_same_question() -> None:
     assert normalise("Which artist has the most albums?") == normalise("which artist  has the most ALBUMS")
     assert normalise("心内科有哪些医生？") == normalise("心内科有哪些医生?")
     assert normalise("Who supplies Tofu?") != normalise("Who supplies Konbu?")
+
+
+JUDGED = sorted((ROOT / "data_pipeline" / "unlabelled" / "judged").glob("*.jsonl"))
+
+
+@pytest.mark.parametrize("path", JUDGED, ids=lambda p: p.stem)
+def test_a_judged_log_is_its_log_line_for_line_with_a_distribution_over_routes(path: Path) -> None:
+    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    log = [json.loads(line) for line in (path.parent.parent / path.name).read_text(encoding="utf-8").splitlines() if line.strip()]
+    assert [{k: v for k, v in r.items() if k != "judge"} for r in rows] == log
+    for r in rows:
+        routes = r["judge"]["routes"]
+        assert len(routes) == 5 and sum(c["p"] for c in routes) == pytest.approx(1.0, abs=1e-5)
+        assert all(set(c["path"]) == {"anchor", "via", "target"} and 0.0 <= c["p"] <= 1.0 for c in routes)
+
+
+def test_the_judged_logs_are_those_of_the_three_databases_ppo_is_measured_on() -> None:
+    assert [p.stem for p in JUDGED] == ["chinook", "hospital", "northwind"]
