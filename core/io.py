@@ -224,6 +224,8 @@ def read_jsonl_lines(path: str | Path) -> list[tuple[int, dict[str, Any]]]:
                 raise DataError(f"not valid JSON ({exc.msg})", where=path, line=lineno) from exc
             except RecursionError as exc:
                 raise DataError("not valid JSON (nested too deep)", where=path, line=lineno) from exc
+            except ValueError as exc:  # e.g. an integer of more than 4300 digits
+                raise DataError(f"not readable JSON ({str(exc).split(';')[0]})", where=path, line=lineno) from exc
             if not isinstance(obj, dict):
                 raise DataError("each line must be a JSON object", where=path, line=lineno)
             if _SURROGATE_ESCAPE.search(line):  # "\ud800" alone is valid JSON but no text: it cannot be encoded

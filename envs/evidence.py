@@ -57,13 +57,20 @@ class QuestionEvidence:
     judge: dict[JoinPath, float] | None = None
 
 
-def read_judge(record: dict[str, Any], graph: SchemaGraph, where: str | Path, line: int | None = None) -> dict[JoinPath, float] | None:
+def read_judge(record: dict[str, Any], graph: SchemaGraph | None, where: str | Path,
+               line: int | None = None) -> dict[JoinPath, float] | None:
     """The ``judge`` field of one line of a judged question log (``python -m generator.judge``) as
-    ``{route: p}``; None when the line has none.
+    ``{route: p}``; None when the line has none (or ``"judge": null``).
+
+    Args:
+        record: the line's object.
+        graph: the schema whose tables the routes must name; None: only the field's shape is checked.
+        where, line: the file and 1-based line, for errors.
 
     Raises:
-        DataError: the field is not ``{"routes": [{"path": {...}, "p": number in [0, 1]}, ...]}``
-            with paths of ``graph``'s schema (``where`` and ``line`` named).
+        DataError: the field is not ``{"routes": [{"path": {"anchor": str, "via": [str, ...] or
+            null, "target": str}, "p": number in [0, 1]}, ...]}`` with distinct paths (of
+            ``graph``'s schema when given); ``where`` and ``line`` named.
     """
     judge = record.get("judge")
     if judge is None:
@@ -72,18 +79,42 @@ def read_judge(record: dict[str, Any], graph: SchemaGraph, where: str | Path, li
     if not isinstance(routes, list) or not routes:
         raise DataError("field 'judge' must hold a non-empty list 'routes'", where=where, line=line)
     out: dict[JoinPath, float] = {}
-    for r in routes:
+    for k, r in enumerate(routes, 1):
         if not isinstance(r, dict):
-            raise DataError(f"judge route must be an object, got {r!r}", where=where, line=line)
+            raise DataError(f"judge route {k} must be an object, got {_short(r)}", where=where, line=line)
         p = r.get("p")
         if isinstance(p, bool) or not isinstance(p, int | float) or not 0.0 <= p <= 1.0:
-            raise DataError(f"judge route p must be a number in [0, 1], got {p!r}", where=where, line=line)
-        path = JoinPath.from_dict(r.get("path"), where=str(where), line=line)
-        unknown = [t for t in (path.anchor, *path.via, path.target) if t not in graph.schema.table_names]
-        if unknown:
-            raise DataError(f"judge route names table(s) {unknown} that the schema lacks", where=where, line=line)
+            raise DataError(f"judge route {k}: p must be a number in [0, 1], got {_short(p)}", where=where, line=line)
+        path = _judged_path(r.get("path"), k, where, line)
+        if path in out:
+            raise DataError(f"judge route {k} repeats the path {path}", where=where, line=line)
+        if graph is not None:
+            unknown = [t for t in (path.anchor, *path.via, path.target) if t not in graph.schema.table_names]
+            if unknown:
+                raise DataError(f"judge route {k} names table(s) {unknown} that the schema lacks", where=where, line=line)
         out[path] = float(p)
     return out
+
+
+def _judged_path(d: Any, k: int, where: str | Path, line: int | None) -> JoinPath:
+    """A judge route's ``path`` object, its fields' types checked (DataError naming route ``k``)."""
+    if not isinstance(d, dict):
+        raise DataError(f"judge route {k}: path must be an object, got {_short(d)}", where=where, line=line)
+    for name in ("anchor", "target"):
+        if not isinstance(d.get(name), str) or not d[name]:
+            raise DataError(f"judge route {k}: path field {name!r} must be a table name, got {_short(d.get(name))}",
+                            where=where, line=line)
+    via = d.get("via")
+    if via is not None and not (isinstance(via, list) and all(isinstance(v, str) and v for v in via)):
+        raise DataError(f"judge route {k}: path field 'via' must be a list of table names or null, got {_short(via)}",
+                        where=where, line=line)
+    return JoinPath(d["anchor"], tuple(via or ()), d["target"])
+
+
+def _short(value: Any, limit: int = 60) -> str:
+    """``repr(value)`` cut to ``limit`` characters, for one-line errors."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def question_evidence(

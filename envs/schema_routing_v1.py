@@ -31,7 +31,7 @@ MAX_QUESTION_CHARS = 1000
 refused (naming its file and line) rather than slowing every episode's value linking."""
 
 
-def _within_limit(question: str, where: str | Path, line: int | None = None) -> str:
+def within_question_limit(question: str, where: str | Path, line: int | None = None) -> str:
     """``question`` itself; DataError naming ``where`` (and ``line``) when it is over :data:`MAX_QUESTION_CHARS`."""
     if len(question) > MAX_QUESTION_CHARS:
         raise DataError(f"question of {len(question)} characters (at most {MAX_QUESTION_CHARS})", where=where, line=line)
@@ -48,23 +48,33 @@ def read_judges(path: str | Path, graph: SchemaGraph) -> list[dict[JoinPath, flo
     return [read_judge(rec, graph, path, line) for line, rec in read_jsonl_lines(path)]
 
 
-def read_unlabelled(path: str | Path) -> list[str]:
-    """The questions of a JSONL file with one ``{"question": "..."}`` object per line (other fields ignored).
+def read_question_log(path: str | Path) -> list[tuple[int, str]]:
+    """The ``(line, question)`` pairs of a JSONL file with one ``{"question": "..."}`` object per
+    line (other fields ignored; ``line`` is 1-based, blank lines counted; questions stripped).
 
     Raises:
         DataError: the file is missing or not JSONL, a line lacks a non-empty string ``question``
-            or holds one over :data:`MAX_QUESTION_CHARS` characters (file and line named, blank
-            lines counted), or it holds no question.
+            or holds one over :data:`MAX_QUESTION_CHARS` characters (file and line named), or it
+            holds no question.
     """
     out = []
     for line, rec in read_jsonl_lines(path):
         q = rec.get("question")
         if not isinstance(q, str) or not q.strip():
             raise DataError("field 'question' must be a non-empty string", where=path, line=line)
-        out.append(_within_limit(q.strip(), where=path, line=line))
+        out.append((line, within_question_limit(q.strip(), where=path, line=line)))
     if not out:
-        raise DataError("no questions in the unlabelled file", where=path)
+        raise DataError("no questions in the question log", where=path)
     return out
+
+
+def read_unlabelled(path: str | Path) -> list[str]:
+    """The questions of :func:`read_question_log`, without their line numbers.
+
+    Raises:
+        DataError: as :func:`read_question_log`.
+    """
+    return [q for _, q in read_question_log(path)]
 
 
 class SchemaRoutingV1Env(SchemaRoutingEnv):
@@ -201,7 +211,7 @@ class SchemaRoutingV1Env(SchemaRoutingEnv):
             for i, q in enumerate(questions):
                 if not q.strip():
                     raise DataError("empty question", where=f"unlabelled[{i}]")
-                _within_limit(q.strip(), where=f"unlabelled[{i}]")
+                within_question_limit(q.strip(), where=f"unlabelled[{i}]")
         self.unlabelled = questions
         if unlabelled_ratio is None:
             unlabelled_ratio = 0.5 if questions else 0.0

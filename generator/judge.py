@@ -21,14 +21,17 @@ route. The LM never sees a gold label, only the schema, its descriptions, the va
 mentions and a few generated training questions as examples.
 
 Scoring takes seconds per question on a CPU (about 25 s with the default 1.5B model and ten
-routes on one core), so the file is written atomically every ``--save-every`` questions and a
-rerun with the same ``--out`` continues where the last one stopped.
+routes on one core), so the file is written atomically every ``--save-every`` questions and when
+the run is stopped (Ctrl-C, SIGTERM), and a rerun with the same ``--out`` continues where the last
+one stopped; it refuses to continue a file judged with other ``--rerank`` settings.
 """
 
 from __future__ import annotations
 
+import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,7 +39,13 @@ from typing import Any
 from core.cli import parse, run_main
 from core.errors import ConfigError, DataError
 from core.io import read_jsonl_lines, write_jsonl
+from envs.evidence import read_judge
+from envs.schema_routing_v1 import within_question_limit
 from generator.rerank import CandidateScore, RerankConfig, confidences
+
+SETTINGS = ("model", "forward_weight", "channel_weight", "temperature", "top_k")
+"""The ``--rerank`` settings recorded in every ``judge`` field; a run continues only a file judged
+with the same ones (a file without ``top_k``, written before it was recorded, is not checked for it)."""
 
 
 @dataclass
@@ -53,6 +62,8 @@ class JudgeConfig:
     """Output file: the question log with a "judge" field on every line. An unfinished file of an earlier run is continued."""
     rerank: RerankConfig = field(default_factory=RerankConfig)
     """How the routes are rescored."""
+    retarget: bool = False
+    """Allow a router trained on another schema to route over this data set's tables."""
     save_every: int = 10
     """Write the output file after this many newly judged questions."""
     threads: int = 0
@@ -68,10 +79,20 @@ class JudgeConfig:
             raise ConfigError(f"must be at least 1, got {self.save_every}", where="--save-every")
         if self.threads < 0:
             raise ConfigError(f"must be >= 0, got {self.threads}", where="--threads")
+        assert self.out is not None and self.questions is not None
+        if self.out.resolve() == self.questions.resolve():
+            raise ConfigError("must not be the question log itself (it would be overwritten); pick another file",
+                              where="--out")
+
+
+def settings(config: RerankConfig) -> dict[str, Any]:
+    """The :data:`SETTINGS` of ``config`` as they are recorded in a ``judge`` field."""
+    return {name: getattr(config, name) for name in SETTINGS}
 
 
 def judge_record(record: dict[str, Any], scores: Sequence[CandidateScore], config: RerankConfig) -> dict[str, Any]:
-    """``record`` with a ``judge`` field: every candidate's path, reranked confidence ``p`` and log-probs.
+    """``record`` with a ``judge`` field: the :data:`SETTINGS` and every candidate's path,
+    reranked confidence ``p`` and log-probs.
 
     ``scores`` are the rescored candidates of ``record["question"]`` (router order); ``p`` is
     :func:`generator.rerank.confidences` at ``config``'s weights and temperature, rounded to 6
@@ -81,44 +102,72 @@ def judge_record(record: dict[str, Any], scores: Sequence[CandidateScore], confi
     routes = [{"path": c.path.to_dict(), "p": round(pc, 6), "router_logp": round(c.router_logp, 4),
                "forward_logp": round(c.forward_logp, 4), "channel_logp": round(c.channel_logp, 4)}
               for c, pc in zip(scores, p, strict=True)]
-    return {**record, "judge": {"model": config.model, "forward_weight": config.forward_weight,
-                                "channel_weight": config.channel_weight, "temperature": config.temperature,
-                                "routes": routes}}
+    return {**record, "judge": {**settings(config), "routes": routes}}
 
 
-def read_questions(path: Path) -> list[dict[str, Any]]:
-    """The question log's objects (file order).
+def read_questions(path: Path) -> list[tuple[int, dict[str, Any]]]:
+    """The question log's objects with their 1-based line numbers (file order).
 
     Raises:
-        DataError: missing or malformed file, a line without a non-empty string ``question``
-            (file and line named), or no line at all.
+        DataError: missing or malformed file, a line without a non-empty string ``question`` or
+            with one over :data:`envs.schema_routing_v1.MAX_QUESTION_CHARS` characters (the
+            longest PPO trains on; file and line named), or no line at all.
     """
     out = []
     for line, rec in read_jsonl_lines(path):
         q = rec.get("question")
         if not isinstance(q, str) or not q.strip():
             raise DataError("field 'question' must be a non-empty string", where=path, line=line)
-        out.append(rec)
+        within_question_limit(q.strip(), where=path, line=line)
+        out.append((line, rec))
     if not out:
         raise DataError("no questions", where=path)
     return out
 
 
-def finished_part(out: Path, records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+def finished_part(out: Path, records: Sequence[dict[str, Any]], config: RerankConfig) -> list[dict[str, Any]]:
     """The judged lines of an earlier run's ``out`` (empty when it does not exist).
 
     Raises:
         DataError: ``out`` holds lines that are not the first questions of ``records`` in order
-            (it was written for another question log), or lines without a ``judge`` field.
+            (it was written for another question log), a line without a well-formed ``judge``
+            field (:func:`envs.evidence.read_judge`), or one judged with other :data:`SETTINGS`
+            than ``config``'s (file and line named).
     """
     if not out.exists():
         return []
-    done = [rec for _, rec in read_jsonl_lines(out)]
-    for i, rec in enumerate(done):
-        if i >= len(records) or rec.get("question") != records[i]["question"] or "judge" not in rec:
-            raise DataError(f"line {i + 1} is not the judged question {i + 1} of the question log; "
-                            "remove the file or pick another --out", where=out)
+    now = settings(config)
+    done = []
+    for i, (line, rec) in enumerate(read_jsonl_lines(out)):
+        if i >= len(records) or rec.get("question") != records[i]["question"]:
+            raise DataError(f"not the question on line {i + 1} of the question log; this file was judged from "
+                            "another log: remove it or pick another --out", where=out, line=line)
+        if read_judge(rec, None, out, line) is None:
+            raise DataError("no 'judge' field; remove the file or pick another --out", where=out, line=line)
+        diff = [k for k in SETTINGS if k in rec["judge"] and rec["judge"][k] != now[k]]
+        if diff:
+            pairs = ", ".join(f"{k} {rec['judge'][k]!r} (now {now[k]!r})" for k in diff)
+            raise DataError(f"judged with other --rerank settings: {pairs}; rerun with those or pick another --out",
+                            where=out, line=line)
+        done.append(rec)
     return done
+
+
+@contextmanager
+def _sigterm_as_interrupt() -> Iterator[None]:
+    """Within the block, SIGTERM raises KeyboardInterrupt (so the finished questions are saved)."""
+    def stop(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    try:
+        previous = signal.signal(signal.SIGTERM, stop)
+    except ValueError:  # not the main thread: leave signals alone
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
@@ -127,13 +176,15 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
 
     Raises:
         ConfigError: a missing option or a scoring model that cannot be loaded.
-        DataError: a malformed question log or an output file of another log.
+        DataError: a malformed question log, a question longer than the router reads, or an
+            output file of another log or other settings.
         CheckpointError: the router folder is broken or was trained on another schema.
+        KeyboardInterrupt: Ctrl-C or SIGTERM, after the questions judged so far are written.
     """
     cfg = parse(JudgeConfig, argv, description=__doc__.split("\n\n")[0] if __doc__ else None)
     assert cfg.router and cfg.data and cfg.questions and cfg.out  # checked in __post_init__
-    records = read_questions(cfg.questions)
-    done = finished_part(cfg.out, records)
+    lines, records = zip(*read_questions(cfg.questions), strict=True)
+    done = finished_part(cfg.out, records, cfg.rerank)
 
     import torch
 
@@ -142,30 +193,41 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     from core.progress import progress_bar
     from data_pipeline.encoders import quiet_loading
     from generator.rerank import RouteReranker, route_and_rerank
+    from router.model import check_question_lengths
     from router.route import Router
 
     ensure_writable_dir(cfg.out.parent)
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     todo = records[len(done):]
-    per_q, changed = 0.0, sum(1 for r in done if r["judge"]["routes"] and _best(r) != 0)
+    per_q, changed = 0.0, sum(1 for r in done if _best(r) != 0)
     if todo:
         ds = load_dataset(cfg.data)
-        router = Router.from_pretrained(cfg.router, ds.graph, values=ds.values)
+        router = Router.from_pretrained(cfg.router, ds.graph, values=ds.values, retarget=cfg.retarget)
+        check_question_lengths(router.policy.model, [r["question"] for r in todo], cfg.questions, lines[len(done):])
         with quiet_loading():
             reranker = RouteReranker.from_pretrained(router, cfg.rerank, examples=ds.split("train"))
         bar = progress_bar(total=len(records), desc="judge", unit="q", enabled=cfg.progress)
         bar.update(len(done))
-        seconds = 0.0
-        for start in range(0, len(todo), cfg.save_every):
-            chunk = todo[start:start + cfg.save_every]
-            _, reranked, per = route_and_rerank(router, reranker, [r["question"] for r in chunk],
-                                                progress=lambda i: bar.update(1))
-            seconds += per * len(chunk)
-            for rec, rr in zip(chunk, reranked, strict=True):
-                done.append(judge_record(rec, rr.candidates, cfg.rerank))
-                changed += int(rr.changed)
-            write_jsonl(cfg.out, done)  # atomic: a stopped run leaves the last whole chunk
+        seconds, unsaved = 0.0, 0
+        try:
+            with _sigterm_as_interrupt():
+                for rec in todo:
+                    _, (rr,), per = route_and_rerank(router, reranker, [rec["question"]])
+                    done.append(judge_record(rec, rr.candidates, cfg.rerank))
+                    seconds, changed, unsaved = seconds + per, changed + int(rr.changed), unsaved + 1
+                    bar.update(1)
+                    if unsaved >= cfg.save_every:
+                        write_jsonl(cfg.out, done)  # atomic: a killed run leaves the last whole file
+                        unsaved = 0
+        except KeyboardInterrupt:
+            write_jsonl(cfg.out, done)
+            bar.close()
+            print(f"stopped: {len(done)} of {len(records)} questions judged, saved to {cfg.out}; "
+                  "run the same command again to continue", file=sys.stderr)
+            raise
+        if unsaved:
+            write_jsonl(cfg.out, done)
         bar.close()
         per_q = seconds / len(todo)
     print(f"judged {len(done)} questions ({len(todo)} now, {per_q:.1f} s each); the judge's best route is not "
@@ -174,7 +236,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
 
 
 def _best(record: dict[str, Any]) -> int:
-    """Index (router order) of the judged route with the highest ``p``."""
+    """Index (router order) of the judged route with the highest ``p`` (the routes are checked by
+    :func:`finished_part` or written by :func:`judge_record`)."""
     ps = [r["p"] for r in record["judge"]["routes"]]
     return max(range(len(ps)), key=lambda j: (ps[j], -j))
 

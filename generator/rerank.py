@@ -222,11 +222,17 @@ class RouteReranker:
         """Load ``config.model`` (a built-in name or a local directory) for ``router``.
 
         Raises:
-            ConfigError: the model is neither a built-in name nor a causal-LM directory.
+            ConfigError: the model is neither a built-in name nor a causal-LM directory
+                (``where="--rerank.model"``).
             DownloadError: the built-in model must be fetched and converted and cannot be.
         """
         config = config or RerankConfig()
-        model, tokenizer = load_generator(ModelConfig(model=config.model, use_lora=False, dtype=config.dtype))
+        try:
+            model, tokenizer = load_generator(ModelConfig(model=config.model, use_lora=False, dtype=config.dtype))
+        except ConfigError as exc:
+            if exc.where != "--model":
+                raise
+            raise ConfigError(exc.message, where="--rerank.model") from exc
         model.eval()
         return cls(router, model, tokenizer, config, examples)
 

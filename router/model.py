@@ -662,6 +662,27 @@ _TOKENIZER_KEYS = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_toke
                    "model_max_length", "padding_side", "truncation_side")
 
 
+def check_question_lengths(model: RouterModel, questions: Sequence[str], where: str | Path,
+                           lines: Sequence[int], batch_size: int = 64) -> None:
+    """Refuse a question the router cannot read whole before any work starts, naming its file and line.
+
+    Args:
+        model: the router (its tokenizer and ``max_question_tokens``).
+        questions: the questions, in file order.
+        where: the file they were read from.
+        lines: the 1-based line of each question in ``where`` (``len(lines) == len(questions)``).
+
+    Raises:
+        DataError: a question longer than ``model.config.max_question_tokens`` tokens.
+    """
+    for start in range(0, len(questions), batch_size):
+        try:
+            model.tokenize(list(questions[start : start + batch_size]), kind="question")
+        except DataError as exc:
+            k = start + (exc.line or 1) - 1
+            raise DataError(exc.message, where=where, line=lines[k] if k < len(lines) else None) from exc
+
+
 def _load_tokenizer(folder: Path, auto: Any) -> PreTrainedTokenizerBase:
     """The checkpoint's tokenizer: straight from ``tokenizer.json`` when there is one (0.5 s for
     multilingual-e5-small's 17 MB file, where ``AutoTokenizer`` first parses it in Python: 2.1 s),

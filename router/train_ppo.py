@@ -97,13 +97,13 @@ from core.cli import parse, run_main
 from core.dataset import load_dataset
 from core.errors import CheckpointError, ConfigError, DataError
 from core.io import write_json, write_jsonl
-from envs.schema_routing_v1 import read_judges, read_unlabelled
+from envs.schema_routing_v1 import read_judges, read_question_log
 from rewards.label_free import LabelFreeConfig
 from rewards.router import RewardConfig
 from router.buffer import RolloutBuffer
 from router.curves import plot_ppo_curve
 from router.evaluate import format_table, path_metrics
-from router.model import PathSpace, RouterModel
+from router.model import PathSpace, RouterModel, check_question_lengths
 from router.policy import RouterPolicy
 from router.route import Router
 from router.ppo_checkpoint import STATE_FILE, TrainerState, load_checkpoint, save_checkpoint
@@ -275,23 +275,6 @@ def route_row(m: dict[str, Any]) -> dict[str, float]:
     return {f"route/{k}": float(m[k]) for k in keys if k in m}
 
 
-def _check_question_lengths(model: RouterModel, questions: list[str], where: Path, batch_size: int = 64) -> None:
-    """Refuse a question of the unlabelled file that the router cannot read whole, naming the file and
-    its line (:func:`encode_split` would name samples.jsonl and an ``unlabelled-<k>`` id).
-
-    Raises:
-        DataError: a question longer than the router's ``max_question_tokens``.
-    """
-    for start in range(0, len(questions), batch_size):
-        try:
-            model.tokenize(questions[start : start + batch_size], kind="question")
-        except DataError as exc:
-            k = start + (exc.line or 1) - 1  # the k-th question (0-based); blank lines hold none
-            with Path(where).open("rb") as fh:
-                lines = [i for i, raw in enumerate(fh, 1) if raw.decode("utf-8").strip()]
-            raise DataError(exc.message, where=where, line=lines[k] if k < len(lines) else None) from exc
-
-
 def _check_resumable(saved: dict[str, Any], cfg: PPOConfig, where: Path) -> None:
     now = cfg.to_dict()
     diff = [k for k in now if k not in RESUME_FREE and saved.get(k) != now[k]]
@@ -341,10 +324,11 @@ def train(cfg: PPOConfig) -> PPOResult:
     policy = RouterPolicy(model, PathSpace(ds.graph, ds.values))
     policy.eval()  # dropout off in rollout and update alike: ratio == 1 before the first step
     rewards_table = RewardTable(policy.space, cfg.reward)
-    questions = read_unlabelled(cfg.unlabelled) if cfg.unlabelled else []
+    log = read_question_log(cfg.unlabelled) if cfg.unlabelled else []
+    questions = [q for _, q in log]
     judges = read_judges(cfg.unlabelled, ds.graph) if cfg.unlabelled else None
     if cfg.unlabelled:
-        _check_question_lengths(model, questions, cfg.unlabelled)
+        check_question_lengths(model, questions, cfg.unlabelled, [line for line, _ in log])
     unlabelled = unlabelled_samples(questions, ds.graph, ds.schema.name)
     train_set = encode_split(policy, train_samples + unlabelled, rewards_table, samples_file)  # unlabelled rows last
     val_set = encode_split(policy, val_samples, rewards_table, samples_file)

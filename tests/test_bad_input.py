@@ -165,7 +165,8 @@ def test_grpo_nan_learning_rate_refused(tmp_path: Path) -> None:
     ('{"question": ' + "[" * 50_000 + "]" * 50_000 + "}", r"q\.jsonl:2: not valid JSON \(nested too deep\)"),
     ('{"question": "\\ud800 alone"}', r"q\.jsonl:2: not valid Unicode text \(a lone surrogate"),
     ('{"question": "x", "meta": {"n": "\\udc80"}}', r"q\.jsonl:2: not valid Unicode text"),
-], ids=["nested", "surrogate", "surrogate-in-meta"])  # fmt: skip
+    ('{"question": "x", "id": ' + "9" * 5000 + "}", r"q\.jsonl:2: not readable JSON \(Exceeds the limit \(4300 digits\)"),
+], ids=["nested", "surrogate", "surrogate-in-meta", "huge-integer"])  # fmt: skip
 def test_jsonl_nested_too_deep_or_with_a_lone_surrogate_is_one_line(tmp_path: Path, line: str, message: str) -> None:
     """Both raised later with a traceback: RecursionError while reading, UnicodeEncodeError in the
     featurizer (a lone "\\ud800" is valid JSON but no text); a surrogate pair (an emoji) still reads."""

@@ -270,9 +270,16 @@ def test_a_judged_line_is_paid_the_judge_p_and_the_others_the_label_free_reward(
     ([1, 2], "non-empty list 'routes'"),
     ({"routes": [{"path": {"anchor": "products", "via": [], "target": "products"}, "p": 1.5}]}, r"p must be a number in \[0, 1\]"),
     ({"routes": [{"path": {"anchor": "products", "via": [], "target": "products"}, "p": True}]}, "p must be a number"),
-    ({"routes": [{"path": {"anchor": "products"}, "p": 0.5}]}, "path needs fields"),
+    ({"routes": [{"path": {"anchor": "products"}, "p": 0.5}]}, "route 1: path field 'target' must be a table name, got None"),
+    ({"routes": [{"path": {"anchor": None, "target": "products"}, "p": 0.5}]}, "path field 'anchor' must be a table name, got None"),
+    ({"routes": [{"path": {"anchor": ["products"], "target": "products"}, "p": 0.5}]}, "path field 'anchor' must be a table name"),
+    ({"routes": [{"path": {"anchor": "products", "via": False, "target": "products"}, "p": 0.5}]}, "'via' must be a list of table names or null, got False"),
+    ({"routes": [{"path": {"anchor": "products", "via": {"a": 1}, "target": "products"}, "p": 0.5}]}, "'via' must be a list"),
+    ({"routes": [{"path": "products", "p": 0.5}]}, "path must be an object"),
+    ({"routes": [{"path": {"anchor": "products", "via": [], "target": "products"}, "p": 0.5},
+                 {"path": {"anchor": "products", "via": None, "target": "products"}, "p": 0.5}]}, "route 2 repeats the path"),
     ({"routes": [{"path": {"anchor": "planets", "via": [], "target": "products"}, "p": 0.5}]}, r"table\(s\) \['planets'\]"),
-    ({"routes": ["products"]}, "must be an object"),
+    ({"routes": ["products"]}, "route 1 must be an object"),
 ])  # fmt: skip
 def test_a_bad_judge_field_names_the_file_and_line(shop, tmp_path, judge, message):
     f = _judged(tmp_path, judge, line=2)

@@ -282,14 +282,77 @@ def test_judge_command_writes_the_reranked_confidences_resumes_and_feeds_the_v1_
     env.reset(options={"sample_index": env.n_labelled})
     _, r, _, _, info = env.step(env.action_of(P.from_dict(first[1]["path"])))
     assert r == pytest.approx(first[1]["p"]) and info["reward_components"]["label_free/judge"] == pytest.approx(first[1]["p"])
-    # an output file of another question log is refused, naming it; a missing option too
+    # refused before any model is loaded, each with one line naming the file, line or option
     other = tmp_path / "other.jsonl"
     other.write_text(json.dumps({"question": "something else"}) + "\n", encoding="utf-8")
+    long_q = tmp_path / "long.jsonl"
+    long_q.write_text(json.dumps({"question": "ok"}) + "\n" + json.dumps({"question": "x " * 600}) + "\n", encoding="utf-8")
+    damaged = tmp_path / "damaged.jsonl"
+    damaged.write_text(json.dumps({**lines[0], "judge": {"routes": [{"path": None, "p": 1.0}]}}) + "\n", encoding="utf-8")
+    empty_routes = tmp_path / "empty_routes.jsonl"
+    empty_routes.write_text(json.dumps({**lines[0], "judge": {"routes": []}}) + "\n", encoding="utf-8")
+    no_judge = tmp_path / "no_judge.jsonl"
+    no_judge.write_text(json.dumps({**lines[0], "judge": None}) + "\n", encoding="utf-8")
+
+    def with_(flag: str, value: str) -> list[str]:
+        if flag not in args:
+            return [*args, flag, value]
+        return [*args[: args.index(flag) + 1], value, *args[args.index(flag) + 2 :]]
+
     capsys.readouterr()
-    for bad_args, message in (([*args[:5], str(other), *args[6:]], "judged.jsonl: line 1 is not the judged question 1"),
-                              (args[2:], "--router: is required")):
+    for bad_args, message in (
+        (with_("--questions", str(other)), "judged.jsonl:1: not the question on line 1 of the question log"),
+        (args[2:], "--router: is required"),
+        (with_("--out", str(log)), "--out: must not be the question log itself"),
+        (with_("--questions", str(long_q)), "long.jsonl:2: question of 1199 characters (at most 1000)"),
+        (with_("--out", str(damaged)), "damaged.jsonl:1: judge route 1: path must be an object, got None"),
+        (with_("--out", str(empty_routes)), "empty_routes.jsonl:1: field 'judge' must hold a non-empty list 'routes'"),
+        (with_("--out", str(no_judge)), "no_judge.jsonl:1: no 'judge' field"),
+        (with_("--rerank.top-k", "4"), "judged.jsonl:1: judged with other --rerank settings: top_k 3 (now 4)"),
+        (with_("--rerank.temperature", "1.0"), "temperature 2.7 (now 1.0)"),
+        (with_("--rerank.model", str(tmp_path)), "--rerank.model: "),
+    ):
+        if "--rerank.model" in message:  # a fresh --out, so the model is loaded (and refused)
+            bad_args = [*bad_args[: bad_args.index("--out") + 1], str(tmp_path / "fresh.jsonl"), *bad_args[bad_args.index("--out") + 2 :]]
         with pytest.raises(SystemExit) as exc:
             run_main(lambda a=bad_args: judge_main(a))
         assert exc.value.code == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and message in err[0], err
+    # a question longer than the router reads is refused with its line in the log (not its chunk)
+    wordy = tmp_path / "wordy.jsonl"
+    wordy.write_text(json.dumps({"question": "ok"}) + "\n\n" + json.dumps({"question": "which orders " * 40}) + "\n", encoding="utf-8")
+    with pytest.raises(SystemExit):
+        run_main(lambda: judge_main([*args[:5], str(wordy), "--out", str(tmp_path / "wordy_out.jsonl"), *args[8:]]))
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "wordy.jsonl:3: question has" in err[0] and "limit of 64" in err[0], err
+
+
+def test_a_stopped_judge_run_keeps_what_it_judged(shop: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import generator.rerank as rerank
+    from generator.judge import main as judge_main
+
+    log = tmp_path / "log.jsonl"
+    log.write_text("".join(json.dumps({"question": q}) + "\n" for q in ("which orders did Alice Martin place",
+                                                                       "how many items are in order 2", "list the products")),
+                   encoding="utf-8")
+    out = tmp_path / "judged.jsonl"
+    real, calls = rerank.route_and_rerank, []
+
+    def stop_on_second(*a: object, **kw: object) -> object:
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt  # Ctrl-C (or SIGTERM) while the second question is scored
+        return real(*a, **kw)
+
+    monkeypatch.setattr(rerank, "route_and_rerank", stop_on_second)
+    args = ["--router", str(shop["router"]), "--data", str(shop["data"]), "--questions", str(log), "--out", str(out),
+            "--rerank.model", DEFAULT_GENERATOR, "--rerank.top-k", "2", "--rerank.n-examples", "0", "--save-every", "100",
+            "--threads", "1", "--no-progress"]
+    with pytest.raises(KeyboardInterrupt):
+        judge_main(args)
+    saved = [json.loads(s) for s in out.read_text(encoding="utf-8").splitlines()]
+    assert [r["question"] for r in saved] == ["which orders did Alice Martin place"] and saved[0]["judge"]["top_k"] == 2
+    monkeypatch.setattr(rerank, "route_and_rerank", real)
+    again = judge_main(args)  # continued from the saved question
+    assert (again["n"], again["judged"]) == (3, 2) and len(out.read_text(encoding="utf-8").splitlines()) == 3
