@@ -80,14 +80,22 @@ def command_line_error(box: str, prog: str) -> str:
     >>> print(command_line_error("│ Error parsing --epochs: invalid literal for int() with base 10: 'abc' │", "p"))
     error: --epochs: invalid literal for int() with base 10: 'abc'
     see p --help
+    >>> wrapped = "│ Error parsing rerank: --rerank.temperature: must be a finite number > 0, got │\n│ nan │\n│ ───── │\n│ For full helptext, see p --help │"
+    >>> print(command_line_error(wrapped, "p"))
+    error: --rerank.temperature: must be a finite number > 0, got nan
+    see p --help
     """
     import re
 
     lines = [re.sub(r"^[\s│╭╰─┃┏┗━╮╯]+|[\s│╮╯─┃┓┛━]+$", "", ln) for ln in box.splitlines()]
     lines = [ln for ln in lines if ln and not set(ln) <= set("─━ ")]
-    parsing = next((ln for ln in lines if ln.startswith("Error parsing ")), None)
-    if parsing is not None:
-        return f"error: {parsing.removeprefix('Error parsing ')}\nsee {prog} --help"
+    at = next((i for i, ln in enumerate(lines) if ln.startswith("Error parsing ")), None)
+    if at is not None:  # the message may wrap onto the box's next lines, up to its help pointer
+        rest = lines[at + 1 :]
+        end = next((i for i, ln in enumerate(rest) if ln.lower().startswith(("for full helptext", "argument helptext"))), len(rest))
+        message = " ".join([lines[at].removeprefix("Error parsing "), *rest[:end]])
+        message = re.sub(r"^[\w.]+: (?=--)", "", message)  # "rerank: --rerank.top-k: ..." names the group twice
+        return f"error: {message}\nsee {prog} --help"
     section, missing, wrong, similar, other = "", [], [], [], []
     for ln in lines:
         low = ln.lower()

@@ -89,7 +89,7 @@ def read_judge(record: dict[str, Any], graph: SchemaGraph | None, where: str | P
         if path in out:
             raise DataError(f"judge route {k} repeats the path {path}", where=where, line=line)
         if graph is not None:
-            unknown = [t for t in (path.anchor, *path.via, path.target) if t not in graph.schema.table_names]
+            unknown = [t for t in dict.fromkeys((path.anchor, *path.via, path.target)) if t not in graph.schema.table_names]
             if unknown:
                 raise DataError(f"judge route {k} names table(s) {unknown} that the schema lacks", where=where, line=line)
         out[path] = float(p)

@@ -37,6 +37,8 @@ from pathlib import Path
 from typing import Any
 
 from core.cli import parse, run_main
+from core.dataset import load_dataset
+from core.graph import SchemaGraph
 from core.errors import ConfigError, DataError
 from core.io import read_jsonl_lines, write_jsonl
 from envs.evidence import read_judge
@@ -80,6 +82,9 @@ class JudgeConfig:
         if self.threads < 0:
             raise ConfigError(f"must be >= 0, got {self.threads}", where="--threads")
         assert self.out is not None and self.questions is not None
+        for name in ("questions", "out"):
+            if getattr(self, name).is_dir():
+                raise ConfigError(f"{getattr(self, name)} is a folder; give a file's path", where=f"--{name}")
         if self.out.resolve() == self.questions.resolve():
             raise ConfigError("must not be the question log itself (it would be overwritten); pick another file",
                               where="--out")
@@ -125,24 +130,29 @@ def read_questions(path: Path) -> list[tuple[int, dict[str, Any]]]:
     return out
 
 
-def finished_part(out: Path, records: Sequence[dict[str, Any]], config: RerankConfig) -> list[dict[str, Any]]:
+def finished_part(out: Path, records: Sequence[dict[str, Any]], config: RerankConfig,
+                  graph: SchemaGraph | None = None) -> list[dict[str, Any]]:
     """The judged lines of an earlier run's ``out`` (empty when it does not exist).
 
     Raises:
         DataError: ``out`` holds lines that are not the first questions of ``records`` in order
-            (it was written for another question log), a line without a well-formed ``judge``
-            field (:func:`envs.evidence.read_judge`), or one judged with other :data:`SETTINGS`
-            than ``config``'s (file and line named).
+            (it was written for another question log) or more lines than ``records``, a line
+            without a well-formed ``judge`` field (:func:`envs.evidence.read_judge`; routes of
+            ``graph``'s tables when given), or one judged with other :data:`SETTINGS` than
+            ``config``'s (file and line named).
     """
     if not out.exists():
         return []
     now = settings(config)
     done = []
     for i, (line, rec) in enumerate(read_jsonl_lines(out)):
-        if i >= len(records) or rec.get("question") != records[i]["question"]:
+        if i >= len(records):
+            raise DataError(f"more judged lines than the question log's {len(records)} questions; this file was "
+                            "judged from another log: remove it or pick another --out", where=out, line=line)
+        if rec.get("question") != records[i]["question"]:
             raise DataError(f"not the question on line {i + 1} of the question log; this file was judged from "
                             "another log: remove it or pick another --out", where=out, line=line)
-        if read_judge(rec, None, out, line) is None:
+        if read_judge(rec, graph, out, line) is None:
             raise DataError("no 'judge' field; remove the file or pick another --out", where=out, line=line)
         diff = [k for k in SETTINGS if k in rec["judge"] and rec["judge"][k] != now[k]]
         if diff:
@@ -184,11 +194,11 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     cfg = parse(JudgeConfig, argv, description=__doc__.split("\n\n")[0] if __doc__ else None)
     assert cfg.router and cfg.data and cfg.questions and cfg.out  # checked in __post_init__
     lines, records = zip(*read_questions(cfg.questions), strict=True)
-    done = finished_part(cfg.out, records, cfg.rerank)
+    ds = load_dataset(cfg.data)
+    done = finished_part(cfg.out, records, cfg.rerank, ds.graph)
 
     import torch
 
-    from core.dataset import load_dataset
     from core.io import ensure_writable_dir
     from core.progress import progress_bar
     from data_pipeline.encoders import quiet_loading
@@ -202,7 +212,6 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     todo = records[len(done):]
     per_q, changed = 0.0, sum(1 for r in done if _best(r) != 0)
     if todo:
-        ds = load_dataset(cfg.data)
         router = Router.from_pretrained(cfg.router, ds.graph, values=ds.values, retarget=cfg.retarget)
         check_question_lengths(router.policy.model, [r["question"] for r in todo], cfg.questions, lines[len(done):])
         with quiet_loading():

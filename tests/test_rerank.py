@@ -291,6 +291,11 @@ def test_judge_command_writes_the_reranked_confidences_resumes_and_feeds_the_v1_
     damaged.write_text(json.dumps({**lines[0], "judge": {"routes": [{"path": None, "p": 1.0}]}}) + "\n", encoding="utf-8")
     empty_routes = tmp_path / "empty_routes.jsonl"
     empty_routes.write_text(json.dumps({**lines[0], "judge": {"routes": []}}) + "\n", encoding="utf-8")
+    planets = tmp_path / "planets.jsonl"
+    planets.write_text(json.dumps({**lines[0], "judge": {**lines[0]["judge"], "routes": [
+        {"path": {"anchor": "planets", "via": [], "target": "planets"}, "p": 1.0}]}}) + "\n", encoding="utf-8")
+    longer = tmp_path / "longer.jsonl"
+    longer.write_text("".join(json.dumps(r) + "\n" for r in [*lines, lines[0]]), encoding="utf-8")
     no_judge = tmp_path / "no_judge.jsonl"
     no_judge.write_text(json.dumps({**lines[0], "judge": None}) + "\n", encoding="utf-8")
 
@@ -308,6 +313,9 @@ def test_judge_command_writes_the_reranked_confidences_resumes_and_feeds_the_v1_
         (with_("--out", str(damaged)), "damaged.jsonl:1: judge route 1: path must be an object, got None"),
         (with_("--out", str(empty_routes)), "empty_routes.jsonl:1: field 'judge' must hold a non-empty list 'routes'"),
         (with_("--out", str(no_judge)), "no_judge.jsonl:1: no 'judge' field"),
+        (with_("--out", str(planets)), "planets.jsonl:1: judge route 1 names table(s) ['planets'] that the schema lacks"),
+        (with_("--out", str(longer)), "longer.jsonl:4: more judged lines than the question log's 3 questions"),
+        (with_("--out", str(tmp_path)), "--out: " + str(tmp_path) + " is a folder; give a file's path"),
         (with_("--rerank.top-k", "4"), "judged.jsonl:1: judged with other --rerank settings: top_k 3 (now 4)"),
         (with_("--rerank.temperature", "1.0"), "temperature 2.7 (now 1.0)"),
         (with_("--rerank.model", str(tmp_path)), "--rerank.model: "),
