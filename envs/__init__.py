@@ -32,7 +32,7 @@ from gymnasium.envs.registration import register, registry
 from envs.evidence import CachedRowCounter, QuestionEvidence, question_evidence
 from envs.featurizers import EncoderFeaturizer, FeatureTable, HashedNgramFeaturizer, QuestionFeaturizer, TokenFeaturizer
 from envs.schema_routing import SchemaRoutingEnv, resolve_featurizer
-from envs.schema_routing_v1 import SchemaRoutingV1Env, read_judges, read_question_log, read_unlabelled
+from envs.schema_routing_v1 import SchemaRoutingV1Env, read_judges, read_question_log, read_question_records, read_unlabelled
 from envs.wrappers import RewardShapingWrapper, Transition
 
 ENV_IDS = (
@@ -59,6 +59,7 @@ __all__ = [
     "question_evidence",
     "read_judges",
     "read_question_log",
+    "read_question_records",
     "read_unlabelled",
     "EncoderFeaturizer",
     "FeatureTable",

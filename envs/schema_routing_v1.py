@@ -48,9 +48,9 @@ def read_judges(path: str | Path, graph: SchemaGraph) -> list[dict[JoinPath, flo
     return [read_judge(rec, graph, path, line) for line, rec in read_jsonl_lines(path)]
 
 
-def read_question_log(path: str | Path) -> list[tuple[int, str]]:
-    """The ``(line, question)`` pairs of a JSONL file with one ``{"question": "..."}`` object per
-    line (other fields ignored; ``line`` is 1-based, blank lines counted; questions stripped).
+def read_question_records(path: str | Path) -> list[tuple[int, dict[str, Any]]]:
+    """The ``(line, object)`` pairs of a JSONL question log, one ``{"question": "...", ...}``
+    object per line (``line`` is 1-based, blank lines counted; objects kept whole).
 
     Raises:
         DataError: the file is missing or not JSONL, a line lacks a non-empty string ``question``
@@ -62,17 +62,27 @@ def read_question_log(path: str | Path) -> list[tuple[int, str]]:
         q = rec.get("question")
         if not isinstance(q, str) or not q.strip():
             raise DataError("field 'question' must be a non-empty string", where=path, line=line)
-        out.append((line, within_question_limit(q.strip(), where=path, line=line)))
+        within_question_limit(q.strip(), where=path, line=line)
+        out.append((line, rec))
     if not out:
         raise DataError("no questions in the question log", where=path)
     return out
+
+
+def read_question_log(path: str | Path) -> list[tuple[int, str]]:
+    """The ``(line, question)`` pairs of :func:`read_question_records`, questions stripped.
+
+    Raises:
+        DataError: as :func:`read_question_records`.
+    """
+    return [(line, rec["question"].strip()) for line, rec in read_question_records(path)]
 
 
 def read_unlabelled(path: str | Path) -> list[str]:
     """The questions of :func:`read_question_log`, without their line numbers.
 
     Raises:
-        DataError: as :func:`read_question_log`.
+        DataError: as :func:`read_question_records`.
     """
     return [q for _, q in read_question_log(path)]
 

@@ -42,7 +42,7 @@ from core.graph import SchemaGraph
 from core.errors import ConfigError, DataError
 from core.io import read_jsonl_lines, write_jsonl
 from envs.evidence import read_judge
-from envs.schema_routing_v1 import within_question_limit
+from envs.schema_routing_v1 import read_question_records
 from generator.rerank import CandidateScore, RerankConfig, confidences
 
 SETTINGS = ("model", "forward_weight", "channel_weight", "temperature", "top_k")
@@ -110,26 +110,6 @@ def judge_record(record: dict[str, Any], scores: Sequence[CandidateScore], confi
     return {**record, "judge": {**settings(config), "routes": routes}}
 
 
-def read_questions(path: Path) -> list[tuple[int, dict[str, Any]]]:
-    """The question log's objects with their 1-based line numbers (file order).
-
-    Raises:
-        DataError: missing or malformed file, a line without a non-empty string ``question`` or
-            with one over :data:`envs.schema_routing_v1.MAX_QUESTION_CHARS` characters (the
-            longest PPO trains on; file and line named), or no line at all.
-    """
-    out = []
-    for line, rec in read_jsonl_lines(path):
-        q = rec.get("question")
-        if not isinstance(q, str) or not q.strip():
-            raise DataError("field 'question' must be a non-empty string", where=path, line=line)
-        within_question_limit(q.strip(), where=path, line=line)
-        out.append((line, rec))
-    if not out:
-        raise DataError("no questions", where=path)
-    return out
-
-
 def finished_part(out: Path, records: Sequence[dict[str, Any]], config: RerankConfig,
                   graph: SchemaGraph | None = None) -> list[dict[str, Any]]:
     """The judged lines of an earlier run's ``out`` (empty when it does not exist).
@@ -186,14 +166,15 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
 
     Raises:
         ConfigError: a missing option or a scoring model that cannot be loaded.
-        DataError: a malformed question log, a question longer than the router reads, or an
+        DataError: a malformed question log (:func:`envs.schema_routing_v1.read_question_records`), a
+            question longer than the router reads, or an
             output file of another log or other settings.
         CheckpointError: the router folder is broken or was trained on another schema.
         KeyboardInterrupt: Ctrl-C or SIGTERM, after the questions judged so far are written.
     """
     cfg = parse(JudgeConfig, argv, description=__doc__.split("\n\n")[0] if __doc__ else None)
     assert cfg.router and cfg.data and cfg.questions and cfg.out  # checked in __post_init__
-    lines, records = zip(*read_questions(cfg.questions), strict=True)
+    lines, records = zip(*read_question_records(cfg.questions), strict=True)
     ds = load_dataset(cfg.data)
     done = finished_part(cfg.out, records, cfg.rerank, ds.graph)
 
