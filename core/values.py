@@ -113,12 +113,35 @@ def _closest(options: Sequence[Sequence[int]]) -> list[int]:
     return best
 
 
+
+def _place(
+    options: Sequence[Sequence[int]], unit_hits: Sequence[tuple[float, Sequence[tuple[int, float]]]], span: int
+) -> tuple[list[int], list[float]] | None:
+    """The question positions of a value's found words chosen from ``options`` by :func:`_closest`,
+    with each word's best similarity at its position; None when they span more than ``span``
+    question words (scattered over the question)."""
+    positions = _closest(options)
+    if max(positions) - min(positions) + 1 > span:
+        return None
+    sims = [max(s for p, s in hits if p == pos) for pos, (_, hits) in zip(positions, unit_hits, strict=True)]
+    return positions, sims
+
 RARE_PARTIAL_SCORE = 0.4
 """A value of at most three words matches below ``min_score`` (down to this) when a found word is
 long and held by at most two values: people shorten names to their rare part."""
 
 STOP_WEIGHT = 0.15
 """Share of its IDF weight a stop word keeps in the score of a value of more than three words."""
+
+
+def max_typo_edits(length: int) -> int:
+    """Edits a question word of ``length`` letters may be from an indexed word and still match it:
+    0 below 4 letters, 1 for 4-7, 2 from 8 (see :meth:`ValueIndex._typo_units`).
+
+    >>> [max_typo_edits(n) for n in (3, 4, 7, 8, 12)]
+    [0, 1, 1, 2, 2]
+    """
+    return 0 if length < 4 else 1 if length < 8 else 2
 
 
 @dataclass(frozen=True)
@@ -414,18 +437,37 @@ class ValueIndex:
     # ------------------------------------------------------------------ lookup
 
     def _typo_units(self, word: str) -> list[tuple[str, float]]:
-        """Indexed words that ``word`` may be a typo of, with similarity in ``(0, 1]``."""
-        from rapidfuzz import fuzz, process
+        """Indexed words that ``word`` may be a typo of, with similarity in ``(0, 1]``.
 
-        out: list[tuple[str, float]] = []
-        for n in (len(word) - 1, len(word), len(word) + 1):
+        Two rules, either is enough:
+
+        - rapidfuzz's ``fuzz.ratio`` (insertions and deletions) at least ``config.word_similarity``,
+          the first or the last letter the same;
+        - at most ``max_typo_edits(len(word))`` edits of the optimal string alignment distance
+          (insertions, deletions, substitutions and swaps of two neighbouring letters each count
+          one: "Grubge" for "Grunge", "Poitn" for "Point"), the first letter the same. The
+          allowance follows Elasticsearch's ``fuzziness: AUTO`` (one edit for 3-5 letters, two
+          above), made stricter for 6-7 letters (one edit). Similarity ``1 - edits / length``.
+        """
+        from rapidfuzz import fuzz, process
+        from rapidfuzz.distance import OSA
+
+        found: dict[str, float] = {}
+        edits = max_typo_edits(len(word))
+        for n in range(len(word) - edits, len(word) + edits + 1):
             vocab = self._vocab_by_len.get(n)
             if not vocab:
                 continue
-            for cand, score, _ in process.extract(word, vocab, scorer=fuzz.ratio, score_cutoff=self.config.word_similarity, limit=3):
-                if cand != word and (cand[0] == word[0] or cand[-1] == word[-1]):
-                    out.append((cand, score / 100.0))
-        return out
+            if abs(n - len(word)) <= 1:
+                for cand, score, _ in process.extract(word, vocab, scorer=fuzz.ratio, score_cutoff=self.config.word_similarity,
+                                                      limit=3):  # fmt: skip
+                    if cand != word and (cand[0] == word[0] or cand[-1] == word[-1]):
+                        found[cand] = max(found.get(cand, 0.0), score / 100.0)
+            if edits:
+                for cand, dist, _ in process.extract(word, vocab, scorer=OSA.distance, score_cutoff=edits, limit=3):
+                    if cand != word and cand[0] == word[0]:
+                        found[cand] = max(found.get(cand, 0.0), 1.0 - dist / max(len(cand), len(word)))
+        return list(found.items())
 
     def _prefix_units(self, word: str) -> list[tuple[str, float]]:
         """Indexed words that ``word`` (4 letters or more) begins ("marga" -> "margaret"), with
@@ -481,20 +523,16 @@ class ValueIndex:
             e = self._entries[eid]
             weights = self._weights[eid]
             total = sum(weights)
-            got = 0.0
             exact = True
             content = False
             rare = False
-            best_hits: list[list[int]] = []  # per found unit, the positions of its best hits
+            unit_hits: list[tuple[float, list[tuple[int, float]]]] = []  # per found unit: weight, hits
             for u, w in zip(e.units, weights, strict=True):
                 hits = found.get(u)
                 if not hits:
                     exact = False
                     continue
-                sim = max(h[1] for h in hits)
-                best_hits.append([p for p, s in hits if s == sim])
-                got += w * sim
-                exact = exact and sim == 1.0
+                unit_hits.append((w, hits))
                 content = content or u not in STOP_WORDS
                 # a long word that only one or two values hold names the value ("Rogede" for "Rogede sild")
                 rare = rare or (
@@ -502,13 +540,21 @@ class ValueIndex:
                 )
             if not content or total <= 0:
                 continue
+            # each found word at its best hit; when those lie apart, at the hits closest together
+            # ("Dairy Prroducts has how many products?": the typo next to "Dairy", not the exact word)
+            span = len(e.units) + 2
+            placed = _place([[p for p, s in hits if s == max(h[1] for h in hits)] for _, hits in unit_hits], unit_hits, span)
+            if placed is None:
+                placed = _place([[p for p, _ in hits] for _, hits in unit_hits], unit_hits, span)
+            if placed is None:  # the words are scattered over the question
+                continue
+            positions, sims = placed
+            got = sum(w * sim for (w, _), sim in zip(unit_hits, sims, strict=True))
+            exact = exact and all(sim == 1.0 for sim in sims)
             score = got / total
             if score < self.config.min_score and not (score >= RARE_PARTIAL_SCORE and rare and len(e.units) <= 3):
                 continue
-            positions = _closest(best_hits)
             lo, hi = min(positions), max(positions)
-            if hi - lo + 1 > len(e.units) + 2:  # the words are scattered over the question
-                continue
             start, end = where[q_units[lo][1]], where[q_units[hi][2] - 1] + 1
             if e.short and (not exact or len(e.units) != 1):
                 continue

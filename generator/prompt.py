@@ -328,15 +328,59 @@ MAX_VALUES_SHOWN = 3
 """Linked values listed in a prompt at most (best first)."""
 
 
-def render_values(values: Sequence[ValueMatch], path: JoinPath | None) -> str:
-    """The values a question names, as the literals a query must use (value linking).
+@dataclass(frozen=True)
+class LinkedLiteral:
+    """A value the question names, as the ``table.column = 'value'`` filter a prompt shows.
 
-    Only values stored in a table of ``path`` are listed (all of them without a path), one per
-    mention: a match whose words overlap those of a better one already listed is left out
-    ("Pavlova Ltd" is the supplier ``Pavlova, Ltd.``, not also the product ``Pavlova``; "Simons
-    bistro" is the customer, not also an order's ship name). ``values`` come best first, as
-    :meth:`core.values.ValueIndex.lookup` returns them. At most :data:`MAX_VALUES_SHOWN`, one
-    ``Table.column = 'value'`` each; ``""`` when there are none.
+    ``table`` is a table of the route: the value's own table, or a table whose foreign key
+    column references the value's column (the customer id ``'VICTE'`` of ``Customers`` shown as
+    ``CustomerCustomerDemo.CustomerID`` when only the junction table is on the route).
+    """
+
+    table: str
+    column: str
+    value: str
+    match: ValueMatch
+
+    def render(self) -> str:
+        """``Table.column = 'value'``, names quoted only where SQLite needs it."""
+        return f"{sql_ident(self.table)}.{sql_ident(self.column)} = {_format_literal(self.value)}"
+
+
+def route_values(values: Sequence[ValueMatch], path: JoinPath | None, schema: Schema | None = None) -> list[LinkedLiteral]:
+    """The literals a prompt lists for ``values`` on ``path`` (value linking), best first.
+
+    Only values stored in a table of ``path`` are kept (all of them without a path), or, given
+    ``schema``, values whose column a foreign key of a route table references: they are shown
+    as that referencing column. One literal per mention: a match whose words overlap those of
+    a better one already kept is left out ("Pavlova Ltd" is the supplier ``Pavlova, Ltd.``, not
+    also the product ``Pavlova``; "Simons bistro" is the customer, not also an order's ship
+    name). ``values`` come best first, as :meth:`core.values.ValueIndex.lookup` returns them.
+    At most :data:`MAX_VALUES_SHOWN`.
+    """
+    refs: dict[tuple[str, str], list[tuple[str, str]]] = {}
+    if schema is not None and path is not None:
+        for fk in schema.foreign_keys:
+            if fk.table in path.tables:
+                refs.setdefault((fk.ref_table, fk.ref_column), []).append((fk.table, fk.column))
+    kept: list[LinkedLiteral] = []
+    for m in values:
+        if path is None or m.table in path.tables:
+            where = (m.table, m.column)
+        elif refs.get((m.table, m.column)):
+            where = refs[(m.table, m.column)][0]
+        else:
+            continue
+        if any(m.start < k.match.end and k.match.start < m.end for k in kept):  # the same words, read another way
+            continue
+        kept.append(LinkedLiteral(where[0], where[1], m.value, m))
+        if len(kept) == MAX_VALUES_SHOWN:
+            break
+    return kept
+
+
+def render_values(values: Sequence[ValueMatch], path: JoinPath | None, schema: Schema | None = None) -> str:
+    """The prompt line of :func:`route_values`: ``Values in the question: T.c = 'v'; ...``, or ``""``.
 
     >>> from core.values import ValueMatch
     >>> m = ValueMatch("Products", "ProductName", "Tunnbröd", 0.9, 0, 8, False)
@@ -345,19 +389,10 @@ def render_values(values: Sequence[ValueMatch], path: JoinPath | None) -> str:
     >>> render_values([m], JoinPath("Orders", (), "Orders"))
     ''
     """
-    on_route: list[ValueMatch] = []
-    for m in values:
-        if path is not None and m.table not in path.tables:
-            continue
-        if any(m.start < k.end and k.start < m.end for k in on_route):  # the same words, read another way
-            continue
-        on_route.append(m)
-        if len(on_route) == MAX_VALUES_SHOWN:
-            break
-    if not on_route:
+    linked = route_values(values, path, schema)
+    if not linked:
         return ""
-    shown = "; ".join(f"{sql_ident(m.table)}.{sql_ident(m.column)} = {_format_literal(m.value)}" for m in on_route)
-    return f"Values in the question: {shown}"
+    return "Values in the question: " + "; ".join(v.render() for v in linked)
 
 
 def _format_literal(value: str) -> str:
@@ -367,7 +402,7 @@ def _format_literal(value: str) -> str:
 def _question_block(
     question: str, path: JoinPath | None, graph: SchemaGraph, values: Sequence[ValueMatch] = (), quote_all: bool = False
 ) -> str:
-    linked = render_values(values, path)
+    linked = render_values(values, path, graph.schema)
     lines = [] if path is None else [f"Route: {path}", f"Join skeleton: {graph.from_clause(path, quote_all=quote_all)}"]
     if linked:
         lines.append(linked)

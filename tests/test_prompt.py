@@ -168,3 +168,19 @@ def test_linked_values_list_one_value_per_mention():
         "Values in the question: Suppliers.CompanyName = 'Pavlova, Ltd.'; Customers.CompanyName = 'Simons bistro'; "
         "Employees.FirstName = 'Robert'"
     )
+
+
+def test_a_value_off_the_route_is_shown_as_the_route_column_that_references_it():
+    from core.values import ValueMatch
+    from generator.prompt import render_values, route_values
+
+    from data_pipeline.datasets import load_sample
+
+    schema = introspect(load_sample("northwind"))
+    m = ValueMatch("Customers", "CustomerID", "VICTE", 0.9, 16, 22, False, "customer demo VICTTE")
+    route = JoinPath("CustomerCustomerDemo", (), "CustomerDemographics")
+    assert render_values([m], route) == ""  # without the schema: Customers is not on the route
+    assert render_values([m], route, schema) == "Values in the question: CustomerCustomerDemo.CustomerID = 'VICTE'"
+    assert [(v.table, v.column) for v in route_values([m], JoinPath("Customers", (), "Customers"), schema)] == [
+        ("Customers", "CustomerID")
+    ]

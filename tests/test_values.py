@@ -218,3 +218,16 @@ def test_non_utf8_text_is_a_note_not_a_traceback(tmp_path: Path) -> None:
     assert out.returncode in (0, 2), out.stderr[-2000:]
     if out.returncode == 2:  # refused: one line naming the database
         assert len(out.stderr.strip().splitlines()) == 1 and "b.sqlite" in out.stderr
+
+
+def test_one_edit_typos_and_a_typo_next_to_the_value_match():
+    idx = ValueIndex.from_values({("Customers", "CompanyName"): ["Wilman Kala", "Ottawa Books"],
+                                  ("Categories", "CategoryName"): ["Dairy Products"]})  # fmt: skip
+    # swapped letters and a wrong letter are one edit each (fuzz.ratio alone counts two)
+    assert [m.value for m in idx.lookup("List the customer demos of Wilamn Kala")] == ["Wilman Kala"]
+    assert [m.value for m in idx.lookup("books sold by Ottaea Books")] == ["Ottawa Books"]
+    # the exact word later in the question does not pull the typo away from "Dairy"
+    got = idx.lookup("Dairy Prroducts has how many products?")
+    assert [(m.value, m.question[m.start:m.end]) for m in got] == [("Dairy Products", "Dairy Prroducts")]
+    # a different first letter is no typo of a short word
+    assert idx.lookup("how many xairy things") == []
