@@ -543,7 +543,9 @@ class ValueIndex:
             # each found word at its best hit; when those lie apart, at the hits closest together
             # ("Dairy Prroducts has how many products?": the typo next to "Dairy", not the exact word)
             span = len(e.units) + 2
-            placed = _place([[p for p, s in hits if s == max(h[1] for h in hits)] for _, hits in unit_hits], unit_hits, span)
+            best_sims = [max(s for _, s in hits) for _, hits in unit_hits]
+            placed = _place([[p for p, s in hits if s == b] for (_, hits), b in zip(unit_hits, best_sims, strict=True)],
+                            unit_hits, span)  # fmt: skip
             if placed is None:
                 placed = _place([[p for p, _ in hits] for _, hits in unit_hits], unit_hits, span)
             if placed is None:  # the words are scattered over the question
