@@ -103,6 +103,8 @@ class ABConfig:
     """Also route with the PPO router (else the SFT one) whose ten best routes a language model rescores (method rerank; the routed condition then uses it): Qwen2.5-Coder-1.5B-Instruct, SmolLM2-135M-Instruct or a local model folder. Slow: about 25 seconds per question on one CPU core."""
     rerank_describe: bool = True
     """With --rerank-model: show the database's table and column descriptions to that model (helps where names are abbreviations; False: names only, faster)."""
+    repair: bool = False
+    """Repair each generated query's column references from the schema and the question's linked values before it runs (a column written under the wrong joined table, a misspelt column name, a linked value filtered on the wrong column)."""
     samples: int = 1
     """Candidate queries per question; above 1, N-1 more are sampled (temperature 0.7) and the answer is voted by result (self-consistency)."""
     timeout_s: float = 5.0
@@ -391,7 +393,8 @@ def run_generation(
 
     With ``cfg.constrained`` a routed or gold path's ``FROM ... JOIN`` clause is forced
     (:mod:`generator.constrained`); with ``cfg.samples > 1`` each question gets ``samples - 1``
-    sampled queries beside the greedy one and the answer is voted by result (:mod:`generator.consistency`).
+    sampled queries beside the greedy one and the answer is voted by result (:mod:`generator.consistency`);
+    with ``cfg.repair`` each query's column references are repaired first (:mod:`generator.repair`).
     The greedy answers of all conditions come from one pass, in which a prompt repeated across
     conditions (a routed path equal to the gold one) is answered once; ``latency_ms`` counts the
     generation time per distinct prompt.
@@ -402,6 +405,7 @@ def run_generation(
     from generator.consistency import vote
     from generator.folders import GENERATOR_META, load_policy
     from generator.prompt import prompt_token_ids, sample_messages
+    from generator.repair import repair_sql
     from generator.sampling import generate_answers
     from generator.models import ModelConfig
     from generator.retrieval import ExampleRetriever
@@ -455,20 +459,23 @@ def run_generation(
         rows = []
         for s, p, cands in zip(samples, paths, candidates, strict=True):
             sqls = [parse_answer(a, require_reasoning=ps.with_reasoning).sql for a in cands]
+            if cfg.repair:
+                linked = ds.values.lookup(s.question) if ds.values is not None else []
+                sqls = [repair_sql(q, ds.schema, linked).sql if q else q for q in sqls]
             pick = 0
             if len(sqls) > 1:
                 ran = [(k, executor.execute(ds.db_path, q)) for k, q in enumerate(sqls) if q]
                 won = vote([r for _, r in ran])
                 pick = ran[won][0] if won is not None else 0
-            parsed = parse_answer(cands[pick], require_reasoning=ps.with_reasoning)
+            sql = sqls[pick]
             t1 = time.perf_counter()
-            score = scorer.score(ds.db_path, parsed.sql, s.sql)
+            score = scorer.score(ds.db_path, sql, s.sql)
             exec_ms = 1000 * (time.perf_counter() - t1)
             ran = score.pred is not None and score.pred.ok
             rows.append({
                 "condition": condition, "id": s.id, "question": s.question, "language": s.language,
                 "hops": s.path.hops, "entity_kind": s.entity_kind, "path": "" if p is None else str(p),
-                "gold_path": str(s.path), "gold_sql": s.sql, "pred_sql": parsed.sql or "", "ran": ran,
+                "gold_path": str(s.path), "gold_sql": s.sql, "pred_sql": sql or "", "ran": ran,
                 "exact": bool(score.exact), "f1": float(score.f1 or 0.0),
                 "empty": bool(ran and not (score.pred.rows or [])), "reason": score.reason,
                 "latency_ms": gen_ms + exec_ms,
@@ -537,7 +544,7 @@ def evaluate(cfg: ABConfig, extra_methods: dict[str, PathPredictor] | None = Non
             results["generation_prompt"][name or "generator"] = ps.to_dict()
             results["generation"] |= {prefix + c: m for c, m in metrics.items()}
             gen_rows |= {prefix + c: [r | {"condition": prefix + c} for r in rs] for c, rs in rows.items()}
-        results["generation_options"] = {"constrained": cfg.constrained, "samples": cfg.samples}
+        results["generation_options"] = {"constrained": cfg.constrained, "samples": cfg.samples, "repair": cfg.repair}
         results["dataset"]["n_generation"] = len(gen_samples)
     write_report(out, results, samples, predictions, gen_rows)
     return results

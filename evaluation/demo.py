@@ -16,7 +16,8 @@ Steps (each is also its own command; their outputs land in ``--out``):
 
 The generator writes SQL only (no reasoning), from the routed tables in compact form plus the
 database values the question names, and its FROM ... JOIN clause is forced to the path
-(route-constrained decoding). ``python -m generator.ask --router OUT/router_ppo --generator
+(route-constrained decoding); its column references are repaired before each query runs
+(generator.repair). ``python -m generator.ask --router OUT/router_ppo --generator
 OUT/generator "question"`` then answers questions with the trained chain. Budgets and measured
 wall times are in the options below and docs/results/e2e.md.
 """
@@ -183,7 +184,7 @@ def run_demo(cfg: DemoConfig) -> dict:
         ab_args = ["--data", str(data), "--out", str(report), "--split", split, *routers, "--encoder", cfg.encoder,
                    "--methods", *methods, "--max-samples", str(cfg.eval_samples if split == "test" else 0),
                    "--generation-samples", str(n_gen), "--max-new-tokens", str(cfg.max_new_tokens),
-                   "--constrained", "--seed", str(cfg.seed), *quiet]  # fmt: skip
+                   "--constrained", "--repair", "--seed", str(cfg.seed), *quiet]  # fmt: skip
         if generators:
             ab_args += ["--generators", *generators, "--conditions", "routed", "gold"]
         else:

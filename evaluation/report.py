@@ -196,6 +196,8 @@ def prompt_line(results: dict[str, Any]) -> str:
     opts = results.get("generation_options") or {}
     if opts.get("constrained"):
         text += "; joins forced to the path (route-constrained decoding)"
+    if opts.get("repair"):
+        text += "; column references repaired from the schema and linked values"
     if opts.get("samples", 1) > 1:
         text += f"; self-consistency over {opts['samples']} queries"
     return text

@@ -12,12 +12,14 @@ The chain the project is about, for one question at a time or a file of them:
    recorded in its folder), with the linked values as literals; by default the ``FROM ... JOIN``
    clause is the routed path's (:mod:`generator.constrained`), and with ``--samples N`` the
    answer is voted among N sampled queries by their results (:mod:`generator.consistency`);
+   before a query runs, column references the schema rules out are repaired (:mod:`generator.repair`;
+   ``--no-repair`` leaves them);
 3. the query runs read-only (one SELECT, a hard timeout, capped rows) and the first rows are shown.
 
 ``--file`` reads one JSON object per line with a ``question`` (other fields are kept: ``id``);
 ``--out`` gets one object per line with ``question``, ``path`` (``{anchor, via, target}``),
-``confidence``, ``uncertain``, ``alternatives``, ``values``, ``sql``, ``columns``, ``rows`` (a list
-of lists, at most ``--max-rows``) and ``error`` (None, or a one-line reason: no SQL written, the
+``confidence``, ``uncertain``, ``alternatives``, ``values``, ``sql``, ``repairs``, ``columns``, ``rows``
+(a list of lists, at most ``--max-rows``) and ``error`` (None, or a one-line reason: no SQL written, the
 query was refused, failed or timed out).
 
 In Python: ``AskPipeline.from_pretrained(router_dir, generator_dir).ask("...")``.
@@ -47,6 +49,7 @@ from generator.sampling import generate_answers
 from generator.models import ModelConfig
 from generator.prompt import PromptOverrides, PromptSettings, build_prompt
 from generator.rerank import RerankConfig, RouteReranker, training_examples
+from generator.repair import repair_sql
 from rewards.answer import parse_answer
 
 SHOWN_ROWS = 10
@@ -71,6 +74,8 @@ class Answer:
         rows: the first result rows, each a list (``[]`` unless the query ran).
         error: None, or a one-line reason the question got no rows.
         candidates: queries considered (1, or ``samples`` with self-consistency).
+        repairs: the column references :func:`generator.repair.repair_sql` changed in ``sql``
+            (``"Orders.UnitPrice -> \"Order Details\".UnitPrice (requalified)"``), or ``[]``.
     """
 
     question: str
@@ -84,6 +89,7 @@ class Answer:
     rows: list[list[Any]] = field(default_factory=list)
     error: str | None = None
     candidates: int = 1
+    repairs: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -98,6 +104,7 @@ class Answer:
             "rows": [[_jsonable(v) for v in r] for r in self.rows],
             "error": self.error,
             "candidates": self.candidates,
+            "repairs": self.repairs,
         }
 
 
@@ -116,6 +123,8 @@ class AskPipeline:
         db_path: the SQLite database the queries run on (read-only).
         prompt: how the generator's prompts are built (as it was trained).
         constrained: force the routed path's ``FROM ... JOIN`` clause (:mod:`generator.constrained`).
+        repair: repair each query's column references from the schema and the question's linked
+            values before it runs (:mod:`generator.repair`).
         samples: candidate queries per question; above 1, sampled at ``temperature`` and voted
             by result (:mod:`generator.consistency`), the greedy answer among them.
         temperature: sampling temperature for the extra candidates.
@@ -127,7 +136,7 @@ class AskPipeline:
     """
 
     def __init__(self, router: Any, model: torch.nn.Module, tokenizer: Any, db_path: str | Path, *,
-                 prompt: PromptSettings | None = None, constrained: bool = True, samples: int = 1,
+                 prompt: PromptSettings | None = None, constrained: bool = True, repair: bool = True, samples: int = 1,
                  temperature: float = 0.7, max_new_tokens: int = 192, timeout_s: float = 5.0,
                  max_rows: int = 100, reranker: Any = None) -> None:  # fmt: skip
         if samples < 1:
@@ -138,6 +147,7 @@ class AskPipeline:
         self.db_path = Path(db_path)
         self.prompt = prompt or PromptSettings(k_examples=0)
         self.constrained = constrained
+        self.repair = repair
         self.samples = samples
         self.temperature = temperature
         self.max_new_tokens = max_new_tokens
@@ -221,12 +231,14 @@ class AskPipeline:
             routes = [r.route for r in self.reranker.rerank(routes)]
         values = self.router.policy.space.values
         prompts, clauses, owners = [], [], []
+        matches: dict[int, list[Any]] = {}
         for i, r in zip(routable, routes, strict=True):
             a = answers[i]
             a.path, a.confidence, a.uncertain = r.path, r.confidence, r.uncertain
             a.alternatives = [(p, c) for (p, _), c in zip(r.top_k[1:3], r.top_k_confidence[1:3], strict=True)]
             a.values = list(r.values)
-            linked = values.lookup(questions[i]) if values is not None and self.prompt.value_linking else []
+            matches[i] = values.lookup(questions[i]) if values is not None else []
+            linked = matches[i] if self.prompt.value_linking else []
             messages = build_prompt(questions[i], r.path, self.router.schema, self.router.graph, [], k=0,
                                     with_reasoning=self.prompt.with_reasoning, schema_detail=self.prompt.schema_detail,
                                     values=linked, quote_all=self.prompt.quote_all_identifiers)  # fmt: skip
@@ -248,11 +260,16 @@ class AskPipeline:
             for o, t in zip(extra_o, sampled, strict=True):
                 texts[o].append(t)
         for i, cands in texts.items():
-            self._finish(answers[i], cands)
+            self._finish(answers[i], cands, matches[i])
         return answers
 
-    def _finish(self, answer: Answer, completions: list[str]) -> None:
+    def _finish(self, answer: Answer, completions: list[str], matches: Sequence[Any]) -> None:
         sqls = [parse_answer(c, require_reasoning=self.prompt.with_reasoning).sql for c in completions]
+        fixes: list[tuple[str, ...]] = [() for _ in sqls]
+        if self.repair:
+            repaired = [repair_sql(q, self.router.schema, matches) if q else None for q in sqls]
+            sqls = [r.sql if r is not None else None for r in repaired]
+            fixes = [tuple(map(str, r.repairs)) if r is not None else () for r in repaired]
         answer.candidates = len(sqls)
         results = [self.executor.execute(self.db_path, s) if s else None for s in sqls]
         pick = vote([r for r in results if r is not None]) if len(sqls) > 1 else None
@@ -261,6 +278,7 @@ class AskPipeline:
         else:
             idx = 0
         answer.sql = sqls[idx]
+        answer.repairs = list(fixes[idx])
         res: ExecutionResult | None = results[idx]
         if answer.sql is None or res is None:
             answer.error = "the generator wrote no SQL"
@@ -295,6 +313,8 @@ class AskConfig:
     """Candidate queries per question; above 1, sampled and voted by their results (self-consistency)."""
     constrained: bool = True
     """Make the query's FROM ... JOIN clause the routed path's."""
+    repair: bool = True
+    """Before a query runs, fix column references the schema rules out: a column written under the wrong table of its joins, a misspelt column name, a value from the question filtered on a column that does not hold it."""
     max_new_tokens: int = 192
     """Tokens per generated answer at most."""
     max_rows: int = 100
@@ -341,6 +361,8 @@ def _print(answer: Answer) -> None:
     if answer.values:
         print("values: " + "; ".join(f"{v['table']}.{v['column']} = {v['value']!r}" for v in answer.values[:3]))
     print(f"SQL: {answer.sql}")
+    if answer.repairs:
+        print("repaired: " + "; ".join(answer.repairs))
     if answer.error:
         print(f"error: {answer.error}")
         return
@@ -370,7 +392,7 @@ def main(argv: Sequence[str] | None = None) -> list[Answer]:
     questions = [r["question"] for r in records] if records else list(cfg.questions)
     try:
         rerank = RerankConfig(model=cfg.rerank_model, describe=cfg.rerank_describe) if cfg.rerank_model is not None else None
-        pipe = AskPipeline.from_pretrained(cfg.router, cfg.generator, cfg.db, rerank=rerank, constrained=cfg.constrained,
+        pipe = AskPipeline.from_pretrained(cfg.router, cfg.generator, cfg.db, rerank=rerank, constrained=cfg.constrained, repair=cfg.repair,
                                            samples=cfg.samples, max_new_tokens=cfg.max_new_tokens,
                                            timeout_s=cfg.timeout_s, max_rows=cfg.max_rows)  # fmt: skip
     except CheckpointError as exc:

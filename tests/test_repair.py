@@ -1,0 +1,104 @@
+"""generator.repair: column references fixed from the schema and the question's value links."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from core.schema import introspect
+from core.values import ValueMatch
+from generator.repair import repair_sql
+
+JOIN = 'FROM orders JOIN "order items" ON "order items".order_id = orders.id'
+BEVERAGES = ValueMatch("categories", "name", "Beverages", 1.0, 0, 9, True)
+ALICE = ValueMatch("customers", "name", "Alice Martin", 1.0, 0, 12, True)
+
+
+@pytest.fixture
+def shop(tiny_db: Path):
+    return introspect(tiny_db), tiny_db
+
+
+def rows(db: Path, sql: str) -> list[tuple]:
+    with sqlite3.connect(db) as conn:
+        return sorted(conn.execute(sql).fetchall())
+
+
+def test_a_column_under_the_wrong_joined_table_is_requalified(shop) -> None:
+    schema, db = shop
+    sql = f"SELECT SUM(orders.quantity) {JOIN} WHERE orders.customer_id = 1"
+    with pytest.raises(sqlite3.OperationalError):
+        rows(db, sql)
+    r = repair_sql(sql, schema)
+    assert r.sql == f'SELECT SUM("order items".quantity) {JOIN} WHERE orders.customer_id = 1'
+    assert [(x.before, x.after, x.rule) for x in r.repairs] == [("orders.quantity", '"order items".quantity', "requalified")]
+    assert rows(db, r.sql) == [(8,)]  # order items 1 and 2 of Alice's orders 1 and 2: 2 + 1 + 5
+
+
+def test_aliases_are_kept_when_requalifying(shop) -> None:
+    schema, db = shop
+    sql = 'SELECT T1.quantity FROM orders AS T1 JOIN "order items" AS T2 ON T2.order_id = T1.id WHERE T1.id = 3'
+    r = repair_sql(sql, schema)
+    assert r.sql == 'SELECT T2.quantity FROM orders AS T1 JOIN "order items" AS T2 ON T2.order_id = T1.id WHERE T1.id = 3'
+    assert rows(db, r.sql) == [(2,)]
+
+
+def test_a_misspelt_column_takes_the_closest_name_of_its_table(shop) -> None:
+    schema, db = shop
+    r = repair_sql("SELECT suppliers.compny FROM suppliers WHERE suppliers.countri = 'Japan'", schema)
+    assert r.sql == "SELECT suppliers.company FROM suppliers WHERE suppliers.country = 'Japan'"
+    assert [x.rule for x in r.repairs] == ["closest name", "closest name"]
+    assert rows(db, r.sql) == [("Tokyo Traders",)]
+
+
+def test_a_name_far_from_every_column_is_left(shop) -> None:
+    schema, _ = shop
+    sql = "SELECT suppliers.turnover FROM suppliers"
+    assert repair_sql(sql, schema).sql == sql
+    assert repair_sql(sql, schema).repairs == ()
+
+
+def test_a_column_two_joined_tables_hold_is_ambiguous_and_left(shop) -> None:
+    schema, _ = shop
+    # both products and categories have "name"; orders has no "name": which one is meant is unknown
+    sql = ("SELECT orders.name FROM orders JOIN \"order items\" ON \"order items\".order_id = orders.id "
+           "JOIN products ON \"order items\".product_id = products.id JOIN categories ON products.category_id = categories.id")
+    assert repair_sql(sql, schema).sql == sql
+
+
+def test_a_linked_value_filtered_on_the_wrong_column_moves_to_its_column(shop) -> None:
+    schema, db = shop
+    sql = ("SELECT products.name FROM categories JOIN products ON products.category_id = categories.id "
+           "WHERE categories.id = 'Beverages'")
+    assert rows(db, sql) == []
+    r = repair_sql(sql, schema, [BEVERAGES])
+    assert r.repairs[0].rule == "linked value"
+    assert "WHERE categories.name = 'Beverages'" in r.sql
+    assert rows(db, r.sql) == [("Black Coffee",), ("Green Tea",)]
+    # the value matched case-insensitively, as SQLite's = would not: the literal itself is not rewritten
+    assert "'beverages'" in repair_sql(sql.replace("'Beverages'", "'beverages'"), schema, [BEVERAGES]).sql
+
+
+def test_a_value_on_its_own_column_or_through_a_foreign_key_is_left(shop) -> None:
+    schema, _ = shop
+    right = "SELECT categories.id FROM categories WHERE categories.name = 'Beverages'"
+    assert repair_sql(right, schema, [BEVERAGES]).sql == right
+    # orders.customer_id references customers.id; a value of customers.id compared there is in place
+    cust_id = ValueMatch("customers", "id", "1", 1.0, 0, 1, True)
+    by_fk = "SELECT orders.id FROM orders JOIN customers ON orders.customer_id = customers.id WHERE orders.customer_id = '1'"
+    assert repair_sql(by_fk, schema, [cust_id]).sql == by_fk
+    # a value whose table is not in the query: nothing to move it to
+    off_route = "SELECT orders.id FROM orders WHERE orders.order_date = 'Alice Martin'"
+    assert repair_sql(off_route, schema, [ALICE]).sql == off_route
+
+
+def test_valid_unreadable_and_foreign_queries_come_back_unchanged(shop) -> None:
+    schema, _ = shop
+    valid = f"select   \"order items\".quantity {JOIN}   -- keep my spacing"
+    assert repair_sql(valid, schema).sql == valid
+    assert repair_sql("SELECT FROM WHERE (((", schema).sql == "SELECT FROM WHERE ((("
+    other_db = "SELECT invoices.total FROM invoices"
+    assert repair_sql(other_db, schema).sql == other_db
+    assert repair_sql(None, schema).sql == "" and repair_sql("", schema).repairs == ()
