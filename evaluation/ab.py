@@ -426,6 +426,7 @@ def run_generation(
     executor = SQLiteExecutor(timeout_s=cfg.timeout_s)
     metrics: dict[str, Any] = {}
     rows_by_condition: dict[str, list[dict[str, Any]]] = {}
+    linked_by_question: dict[str, list[Any]] = {}
     prompts_by_condition = {
         c: [prompt_token_ids(tokenizer, sample_messages(s, ds, retriever, path=p, prompt=ps)) for s, p in zip(samples, paths, strict=True)]
         for c, paths in paths_by_condition.items()
@@ -460,7 +461,9 @@ def run_generation(
         for s, p, cands in zip(samples, paths, candidates, strict=True):
             sqls = [parse_answer(a, require_reasoning=ps.with_reasoning).sql for a in cands]
             if cfg.repair:
-                linked = ds.values.lookup(s.question) if ds.values is not None else []
+                if s.question not in linked_by_question:  # once per question, not per condition
+                    linked_by_question[s.question] = ds.values.lookup(s.question) if ds.values is not None else []
+                linked = linked_by_question[s.question]
                 sqls = [repair_sql(q, ds.schema, linked).sql if q else q for q in sqls]
             pick = 0
             if len(sqls) > 1:

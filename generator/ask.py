@@ -237,7 +237,8 @@ class AskPipeline:
             a.path, a.confidence, a.uncertain = r.path, r.confidence, r.uncertain
             a.alternatives = [(p, c) for (p, _), c in zip(r.top_k[1:3], r.top_k_confidence[1:3], strict=True)]
             a.values = list(r.values)
-            matches[i] = values.lookup(questions[i]) if values is not None else []
+            wanted = values is not None and (self.prompt.value_linking or self.repair)
+            matches[i] = values.lookup(questions[i]) if wanted else []
             linked = matches[i] if self.prompt.value_linking else []
             messages = build_prompt(questions[i], r.path, self.router.schema, self.router.graph, [], k=0,
                                     with_reasoning=self.prompt.with_reasoning, schema_detail=self.prompt.schema_detail,

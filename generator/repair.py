@@ -95,10 +95,12 @@ def repair_sql(sql: str | None, schema: Schema, values: Sequence[ValueMatch] = (
     columns_of = {t.name.lower(): {c.name.lower(): c.name for c in t.columns} for t in schema.tables}
     # qualifier (alias or table name, lower case) -> the schema's table name, lower case
     qualifiers: dict[str, str] = {}
+    spelled: dict[str, str] = {}  # qualifier -> as the query writes it
     for t in tree.find_all(exp.Table):
         if t.name.lower() not in columns_of:
             return RepairedSQL(sql)  # a table the schema lacks (or a CTE): not ours to second-guess
         qualifiers[t.alias_or_name.lower()] = t.name.lower()
+        spelled[t.alias_or_name.lower()] = t.alias_or_name
     if not qualifiers:
         return RepairedSQL(sql)
 
@@ -127,8 +129,7 @@ def repair_sql(sql: str | None, schema: Schema, values: Sequence[ValueMatch] = (
             new_q = qualifier_for(owner)
             if new_q is None:
                 continue
-            original = next(t for t in tree.find_all(exp.Table) if t.alias_or_name.lower() == new_q)
-            col.set("table", ident(original.alias_or_name))
+            col.set("table", ident(spelled[new_q]))
             col.set("this", ident(columns_of[owner][name]))
             repairs.append(ColumnRepair(before, written(col), "requalified"))
             continue
@@ -158,13 +159,12 @@ def repair_sql(sql: str | None, schema: Schema, values: Sequence[ValueMatch] = (
             here = (qualifiers[q], col.name.lower())
             if not homes or here in homes or references.get(here) in homes:
                 continue  # the value is this column's, or the one its foreign key references
-            joined = [(t, c) for t, c in sorted(homes) if qualifier_for(t) is not None]
+            joined = [(t, c, q) for t, c in sorted(homes) if (q := qualifier_for(t)) is not None]
             if len(joined) != 1:
                 continue
-            t, c = joined[0]
+            t, c, new_q = joined[0]
             before = written(col)
-            original = next(x for x in tree.find_all(exp.Table) if x.alias_or_name.lower() == qualifier_for(t))
-            col.set("table", ident(original.alias_or_name))
+            col.set("table", ident(spelled[new_q]))
             col.set("this", ident(columns_of[t].get(c, c)))
             repairs.append(ColumnRepair(before, written(col), "linked value"))
     if not repairs:
