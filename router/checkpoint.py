@@ -89,6 +89,8 @@ class RouterModelConfig:
     """Lexical link features per (question, table); see router.text.link_features."""
     anchor_prior: float = 4.0
     """Added to the score (in nats) of every route whose anchor the question supports by a value it mentions or by naming it, times that support in [0, 1] (router.text.anchor_support); 0 turns it off. A fixed prior, not trained."""
+    who_prior: float = 4.0
+    """Added to the score (in nats) of every route whose target the question asks for with "who" and that table's verb ("Who supplies Chai?"), times that support in [0, 1] (router.text.who_support); 0 turns it off. A fixed prior, not trained."""
 
     def __post_init__(self) -> None:
         if not 0 <= self.trainable_layers <= self.num_layers:
@@ -99,8 +101,9 @@ class RouterModelConfig:
         for name in ("head_dim", "max_via_len", "max_question_tokens", "max_table_tokens", "hidden_size"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"must be >= 1, got {getattr(self, name)}", where=name)
-        if not (math.isfinite(self.anchor_prior) and self.anchor_prior >= 0):
-            raise ConfigError(f"must be a finite number >= 0, got {self.anchor_prior}", where="anchor_prior")
+        for name in ("anchor_prior", "who_prior"):
+            if not (math.isfinite(getattr(self, name)) and getattr(self, name) >= 0):
+                raise ConfigError(f"must be a finite number >= 0, got {getattr(self, name)}", where=name)
         if not 0 <= self.dropout < 1:
             raise ConfigError(f"must be in [0, 1), got {self.dropout}", where="dropout")
 

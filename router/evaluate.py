@@ -195,6 +195,8 @@ class EvalConfig:
     """Allow routers trained on another schema (Router.from_pretrained(retarget=True))."""
     anchor_prior: float | None = None
     """Score every router with this anchor prior instead of its own (see router.train_sft --anchor-prior; 0 turns it off), to measure what it changes without training again."""
+    who_prior: float | None = None
+    """Score every router with this "who" prior instead of its own (a bonus for the table whose verb a who-question uses, e.g. Suppliers for "Who supplies Chai?"; 0 turns it off)."""
     threads: int = 0
     """Torch CPU threads (0: all cores)."""
     out: Path | None = None
@@ -209,8 +211,10 @@ class EvalConfig:
                     raise ConfigError(f"unknown split {name!r} in {group!r}; splits are {', '.join(SPLITS)}", where="--splits")
         if self.threads < 0:
             raise ConfigError(f"must be >= 0, got {self.threads}", where="--threads")
-        if self.anchor_prior is not None and not (math.isfinite(self.anchor_prior) and self.anchor_prior >= 0):
-            raise ConfigError(f"must be a finite number >= 0, got {self.anchor_prior}", where="--anchor-prior")
+        for name in ("anchor_prior", "who_prior"):
+            value = getattr(self, name)
+            if value is not None and not (math.isfinite(value) and value >= 0):
+                raise ConfigError(f"must be a finite number >= 0, got {value}", where="--" + name.replace("_", "-"))
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, dict[str, Any]]:
@@ -246,6 +250,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, dict[str, Any]]:
         router = Router.from_pretrained(ckpt, ds.graph, retarget=cfg.retarget, values=ds.values)
         if cfg.anchor_prior is not None:
             router.policy.model.config.anchor_prior = cfg.anchor_prior
+        if cfg.who_prior is not None:
+            router.policy.model.config.who_prior = cfg.who_prior
         results[str(ckpt)] = {}
         for group, samples in groups.items():
             if not samples:

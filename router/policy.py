@@ -10,7 +10,9 @@ inside SFT and PPO), the potential also gets ``anchor_prior * support(a)``: ``su
 [0, 1] is how much the question's own words support starting from ``a`` (a value it mentions is
 stored there or, with no value mentioned, it names the table: :func:`router.text.anchor_support`),
 ``anchor_prior`` (:class:`router.checkpoint.RouterModelConfig`, 4 nats by default, 0 for none) a
-fixed weight. It is not in what SFT and PPO optimise: generated questions always name their
+fixed weight; and ``who_prior * who_support(t)`` for the route's target ``t``
+(:func:`router.text.who_support`: the question asks "who" with the verb of ``t``, "Who supplies
+Chai?"; 4 nats by default). Neither is in what SFT and PPO optimise: generated questions always name their
 anchor, so a network trained with the prior leans on it and learns less anchor evidence of its
 own (measured: docs/results/routing_human.md), while people ask "Which orders had freight charges
 above 80?" and a router without it started from Shippers.
@@ -47,7 +49,7 @@ from torch import nn
 
 from core.errors import DataError
 from router.model import CandidateEncoding, PathSpace, RouterModel
-from router.text import anchor_support
+from router.text import anchor_support, who_support
 
 
 @dataclass(frozen=True)
@@ -246,7 +248,7 @@ class RouterPolicy(nn.Module):
         Args:
             batch: questions (see :meth:`as_batch`).
             candidates: precomputed :meth:`candidates` (only valid while the weights do not change).
-            with_anchor_prior: add the fixed anchor prior (module docstring): True where a router
+            with_anchor_prior: add the fixed anchor and "who" priors (module docstring): True where a router
                 routes or is evaluated (:class:`router.route.Router`, the SFT and PPO evaluations),
                 False (the default) for what SFT and PPO optimise, so the network learns its
                 own anchor evidence.
@@ -263,9 +265,11 @@ class RouterPolicy(nn.Module):
         dev = scores.anchor.device
         path_anchor = space.path_anchor.to(dev)
         potential = scores.anchor[:, path_anchor] + scores.via[:, space.path_pair.to(dev)] + scores.target
-        prior = self.model.config.anchor_prior
-        if with_anchor_prior and prior:
-            potential = potential + prior * anchor_support(b.links.to(dev))[:, path_anchor]
+        cfg = self.model.config
+        if with_anchor_prior and cfg.anchor_prior:
+            potential = potential + cfg.anchor_prior * anchor_support(b.links.to(dev))[:, path_anchor]
+        if with_anchor_prior and cfg.who_prior:
+            potential = potential + cfg.who_prior * who_support(b.links.to(dev))[:, space.path_target.to(dev)]
         joint = potential.log_softmax(-1)  # (B, N)
         pair = grouped_logsumexp(joint, space.path_pair, space.n_pairs)  # log p(a, v), (B, P)
         anchor = grouped_logsumexp(pair, space.pair_anchor, space.n_tables)  # log p(a), (B, T)

@@ -40,6 +40,8 @@ LINK_FEATURES = (
 
 _VALUE_SCORE = LINK_FEATURES.index("value_score")
 _MENTION = LINK_FEATURES.index("mention")
+_AGENT_VERB = LINK_FEATURES.index("agent_verb")
+_WHO_FEATURE = LINK_FEATURES.index("who")
 
 MAX_COLUMNS_IN_TEXT = 12
 """Columns listed in a table's text (the encoder cuts long texts anyway)."""
@@ -115,6 +117,26 @@ def anchor_support(links: torch.Tensor) -> torch.Tensor:
     value = links[..., _VALUE_SCORE].clamp(max=1.0)
     has_value = (value > 0).any(-1, keepdim=True)
     return torch.where(has_value, value, links[..., _MENTION])
+
+
+def who_support(links: torch.Tensor) -> torch.Tensor:
+    """How strongly a question's own words ask for each table as the route's target, ``(batch, T)``
+    in ``[0, 1]``, read from its link features ``links`` ``(batch, T, len(LINK_FEATURES))``.
+
+    A question that asks "who" (谁, 哪位) and uses the verb of a person table as an agent ("Who
+    supplies Gravad lax?", "谁买过 Chai？") asks for that table: it gets 1, shared out when the
+    verb fits several tables. Every other question, and every other table, gets 0. The router
+    adds ``who_prior x who_support`` to every legal path's potential
+    (:mod:`router.policy`), as it does the anchor prior.
+
+    >>> links = torch.zeros(2, 3, len(LINK_FEATURES))
+    >>> links[:, :, LINK_FEATURES.index("who")] = torch.tensor([[1.0, 1.0, 0.0], [0.0, 0.0, 0.0]])
+    >>> links[:, :, LINK_FEATURES.index("agent_verb")] = torch.tensor([[0.0, 1.0, 1.0], [1.0, 0.0, 0.0]])
+    >>> who_support(links).tolist()  # who + verb: table 1 only; no "who": nothing
+    [[0.0, 1.0, 0.0], [0.0, 0.0, 0.0]]
+    """
+    hit = ((links[..., _WHO_FEATURE] > 0) & (links[..., _AGENT_VERB] > 0)).to(links.dtype)
+    return hit / hit.sum(-1, keepdim=True).clamp(min=1.0)
 
 
 def _is_key_name(name: str) -> bool:

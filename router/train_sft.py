@@ -95,6 +95,8 @@ class SFTConfig:
     """Width of the heads' query and candidate vectors."""
     anchor_prior: float = 4.0
     """Fixed bonus (in nats) for routes that start from a table the question supports, by a value it mentions or, with no value, by naming it; 0 turns it off. Saved with the router and used whenever it routes."""
+    who_prior: float = 4.0
+    """Fixed bonus (in nats) for routes that end at the table whose verb a who-question uses ("Who supplies Chai?" ends at the suppliers); 0 turns it off. Saved with the router and used whenever it routes."""
     epochs: int = 8
     """Most epochs (the cosine schedule spans them); early stopping may end sooner."""
     patience: int = 3
@@ -151,8 +153,9 @@ class SFTConfig:
                 raise ConfigError(f"must be > 0, got {getattr(self, name)}", where=name)
         if not 0 <= self.warmup_ratio < 1:
             raise ConfigError(f"must be in [0, 1), got {self.warmup_ratio}", where="warmup_ratio")
-        if not (math.isfinite(self.anchor_prior) and self.anchor_prior >= 0):
-            raise ConfigError(f"must be a finite number >= 0, got {self.anchor_prior}", where="anchor_prior")
+        for name in ("anchor_prior", "who_prior"):
+            if not (math.isfinite(getattr(self, name)) and getattr(self, name) >= 0):
+                raise ConfigError(f"must be a finite number >= 0, got {getattr(self, name)}", where=name)
         if self.via_nonnull_weight < 1:
             raise ConfigError(f"must be >= 1, got {self.via_nonnull_weight}", where="via_nonnull_weight")
         if self.class_balance < 0:
@@ -333,6 +336,7 @@ def build_policy(cfg: SFTConfig, ds: BuiltDataset) -> RouterPolicy:
         model, _ = RouterModel.from_pretrained(cfg.init)
         model.config.max_question_tokens = cfg.max_question_tokens
         model.config.anchor_prior = cfg.anchor_prior
+        model.config.who_prior = cfg.who_prior
     else:
         model = RouterModel.from_encoder(
             cfg.encoder,
@@ -340,6 +344,7 @@ def build_policy(cfg: SFTConfig, ds: BuiltDataset) -> RouterPolicy:
             head_dim=cfg.head_dim,
             max_question_tokens=cfg.max_question_tokens,
             anchor_prior=cfg.anchor_prior,
+            who_prior=cfg.who_prior,
         )
     return RouterPolicy(model, PathSpace(ds.graph, ds.values))
 

@@ -148,3 +148,13 @@ def test_command_line_refuses_an_unknown_split(tmp_path: Path, capsys: pytest.Ca
         main(["--router", str(tmp_path), "--data", str(tmp_path), "--splits", "test+dev"])
     assert exc.value.code == 2
     assert "unknown split 'dev' in 'test+dev'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("flag", ["--anchor-prior", "--who-prior"])
+def test_command_line_refuses_a_negative_prior(flag: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from router.evaluate import main
+
+    with pytest.raises(SystemExit) as exc:
+        main(["--router", str(tmp_path), "--data", str(tmp_path), flag, "-1"])
+    assert exc.value.code == 2
+    assert f"{flag}: must be a finite number >= 0, got -1.0" in capsys.readouterr().err

@@ -236,7 +236,36 @@ def test_anchor_prior_adds_its_weight_times_the_anchor_support_to_every_path(gra
     assert on.anchor_log_prob[1, idx["categories"]] > off.anchor_log_prob[1, idx["categories"]]
 
 
+def test_who_prior_adds_its_weight_to_the_routes_ending_at_the_table_whose_verb_a_who_question_uses(
+    graph: SchemaGraph, tok: Any
+) -> None:
+    from router.text import who_support
+
+    policy = RouterPolicy(tiny_model(tok), PathSpace(graph)).eval()
+    policy.model.config.anchor_prior = 0.0
+    questions = ["who ordered the chai", "which customers ordered the chai", "who is in the categories"]
+    batch = policy.make_batch(questions)
+    support = who_support(batch.links)
+    idx = policy.space.table_index
+    assert support[0, idx["customers"]] == 1.0 and support[0].sum() == 1.0  # "who" + the customers' verb
+    assert support[1].sum() == 0.0  # no "who"
+    assert support[2].sum() == 0.0  # "who" without any table's verb
+    policy.model.config.who_prior = 4.0
+    with torch.no_grad():
+        off = policy.distribution(batch)  # what SFT and PPO optimise: no prior
+        on = policy.distribution(batch, with_anchor_prior=True)
+        policy.model.config.who_prior = 0.0
+        zero = policy.distribution(batch, with_anchor_prior=True)
+    assert torch.equal(zero.log_prob, off.log_prob)
+    expected = (off.log_prob + 4.0 * support[:, policy.space.path_target]).log_softmax(-1)
+    assert torch.allclose(on.log_prob, expected, atol=1e-5)
+    assert torch.allclose(on.log_prob[1:], off.log_prob[1:])
+    ends_at_customers = policy.space.path_target == idx["customers"]
+    assert on.log_prob[0, ends_at_customers].logsumexp(0) > off.log_prob[0, ends_at_customers].logsumexp(0)
+
+
+@pytest.mark.parametrize("name", ["anchor_prior", "who_prior"])
 @pytest.mark.parametrize("bad", [-1.0, float("nan"), float("inf")])
-def test_anchor_prior_must_be_a_finite_non_negative_number(bad: float) -> None:
-    with pytest.raises(ConfigError, match="anchor_prior"):
-        RouterModelConfig(anchor_prior=bad)
+def test_priors_must_be_finite_non_negative_numbers(name: str, bad: float) -> None:
+    with pytest.raises(ConfigError, match=name):
+        RouterModelConfig(**{name: bad})
