@@ -124,7 +124,7 @@ def who_support(links: torch.Tensor) -> torch.Tensor:
     in ``[0, 1]``, read from its link features ``links`` ``(batch, T, len(LINK_FEATURES))``.
 
     A question that asks "who" (谁, 哪位) and uses the verb of a person table as an agent ("Who
-    supplies Gravad lax?", "谁买过 Chai？") asks for that table: it gets 1, shared out when the
+    supplies Gravad lax?", "谁供应 Chai？") asks for that table: it gets 1, shared out when the
     verb fits several tables. Every other question, and every other table, gets 0. The router
     adds ``who_prior x who_support`` to every legal path's potential
     (:mod:`router.policy`), as it does the anchor prior.
