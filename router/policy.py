@@ -266,10 +266,10 @@ class RouterPolicy(nn.Module):
         path_anchor = space.path_anchor.to(dev)
         potential = scores.anchor[:, path_anchor] + scores.via[:, space.path_pair.to(dev)] + scores.target
         cfg = self.model.config
-        if with_anchor_prior and cfg.anchor_prior:
-            potential = potential + cfg.anchor_prior * anchor_support(b.links.to(dev))[:, path_anchor]
-        if with_anchor_prior and cfg.who_prior:
-            potential = potential + cfg.who_prior * who_support(b.links.to(dev))[:, space.path_target.to(dev)]
+        if with_anchor_prior and (cfg.anchor_prior or cfg.who_prior):
+            links = b.links.to(dev)
+            potential = potential + cfg.anchor_prior * anchor_support(links)[:, path_anchor]
+            potential = potential + cfg.who_prior * who_support(links)[:, space.path_target.to(dev)]
         joint = potential.log_softmax(-1)  # (B, N)
         pair = grouped_logsumexp(joint, space.path_pair, space.n_pairs)  # log p(a, v), (B, P)
         anchor = grouped_logsumexp(pair, space.pair_anchor, space.n_tables)  # log p(a), (B, T)

@@ -211,6 +211,18 @@ def test_batch_marks_the_tokens_that_name_each_table(policy: RouterPolicy) -> No
     assert named("customers") == ["customer"]
 
 
+def prior_on_off(policy: RouterPolicy, batch: Any, name: str, weight: float = 4.0) -> tuple[Any, Any, Any]:
+    """The distributions without the priors (what SFT and PPO optimise), with the prior ``name``
+    at ``weight``, and with it at 0."""
+    with torch.no_grad():
+        off = policy.distribution(batch)
+        setattr(policy.model.config, name, weight)
+        on = policy.distribution(batch, with_anchor_prior=True)
+        setattr(policy.model.config, name, 0.0)
+        zero = policy.distribution(batch, with_anchor_prior=True)
+    return off, on, zero
+
+
 def test_anchor_prior_adds_its_weight_times_the_anchor_support_to_every_path(graph: SchemaGraph, tok: Any) -> None:
     from core.values import ValueIndex
     from router.text import anchor_support
@@ -223,12 +235,7 @@ def test_anchor_prior_adds_its_weight_times_the_anchor_support_to_every_path(gra
     idx = policy.space.table_index
     assert support[0, idx["customers"]] == 1.0 and support[0].sum() == 1.0  # the value's table only
     assert support[1, idx["categories"]] == 1.0 and support[1].sum() == 1.0  # no value: the named table
-    policy.model.config.anchor_prior = 4.0
-    with torch.no_grad():
-        off = policy.distribution(batch)  # what SFT and PPO optimise: no prior
-        on = policy.distribution(batch, with_anchor_prior=True)
-        policy.model.config.anchor_prior = 0.0
-        zero = policy.distribution(batch, with_anchor_prior=True)
+    off, on, zero = prior_on_off(policy, batch, "anchor_prior")
     assert torch.equal(zero.log_prob, off.log_prob)
     expected = (off.log_prob + 4.0 * support[:, policy.space.path_anchor]).log_softmax(-1)
     assert torch.allclose(on.log_prob, expected, atol=1e-5)
@@ -250,12 +257,7 @@ def test_who_prior_adds_its_weight_to_the_routes_ending_at_the_table_whose_verb_
     assert support[0, idx["customers"]] == 1.0 and support[0].sum() == 1.0  # "who" + the customers' verb
     assert support[1].sum() == 0.0  # no "who"
     assert support[2].sum() == 0.0  # "who" without any table's verb
-    policy.model.config.who_prior = 4.0
-    with torch.no_grad():
-        off = policy.distribution(batch)  # what SFT and PPO optimise: no prior
-        on = policy.distribution(batch, with_anchor_prior=True)
-        policy.model.config.who_prior = 0.0
-        zero = policy.distribution(batch, with_anchor_prior=True)
+    off, on, zero = prior_on_off(policy, batch, "who_prior")
     assert torch.equal(zero.log_prob, off.log_prob)
     expected = (off.log_prob + 4.0 * support[:, policy.space.path_target]).log_softmax(-1)
     assert torch.allclose(on.log_prob, expected, atol=1e-5)
