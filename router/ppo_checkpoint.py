@@ -39,7 +39,8 @@ class TrainerState:
         actor_optimizer, critic_optimizer, actor_scheduler, critic_scheduler: ``state_dict()`` s.
         shuffle_rng: state of the minibatch-shuffling ``torch.Generator``.
         torch_rng, numpy_rng, python_rng: global RNG states (action sampling uses torch's).
-        env_rng: each sub-env's ``np_random`` state; ``pending``: the question each env shows.
+        env_rng: per data set (one, or one per schema), each sub-env's ``np_random`` state;
+            ``pending``: per data set, the question each of its envs shows.
         history: metrics rows logged so far.
         extra: anything else (e.g. the starting validation accuracy).
     """
@@ -51,8 +52,8 @@ class TrainerState:
     actor_scheduler: dict[str, Any]
     critic_scheduler: dict[str, Any]
     shuffle_rng: torch.Tensor
-    env_rng: list[dict[str, Any]]
-    pending: list[int]
+    env_rng: list[list[dict[str, Any]]]
+    pending: list[list[int]]
     history: list[dict[str, float]]
     torch_rng: torch.Tensor = field(default_factory=torch.get_rng_state)
     numpy_rng: dict[str, Any] = field(default_factory=lambda: np.random.get_state(legacy=False))
@@ -95,6 +96,8 @@ def load_checkpoint(ckpt_dir: str | Path) -> tuple[RouterModel, TrainerState, di
     try:
         raw = torch.load(d / STATE_FILE, weights_only=False)
         state = TrainerState(**raw)
+        if state.pending and not isinstance(state.pending[0], list):  # saved before several schemas: one data set
+            state.env_rng, state.pending = [state.env_rng], [state.pending]
         config = json.loads((d / CONFIG_FILE).read_text(encoding="utf-8"))
     except (OSError, RuntimeError, TypeError, ValueError) as exc:
         raise CheckpointError(f"unreadable trainer state ({exc})", where=d / STATE_FILE) from exc

@@ -43,6 +43,16 @@ decay of both learning rates over ``total_updates``, per-minibatch advantage nor
 ``target_kl`` 0.1. The env pays :func:`rewards.router.path_reward_components`' total, already
 clipped to ``[-clip, clip]`` = [-2, 2] by the one knob ``--reward.clip``.
 
+Several schemas: when ``--data`` is a folder of data set folders (as for ``python -m
+router.train_sft``, which must have trained the ``--init`` router on all of them), each schema
+gets its own policy over the one network, its own envs and rollout buffer. Each update rolls out
+one schema's envs, drawn in proportion to its training questions (so each question is as likely
+as in a one-schema run; :func:`schema_for_update`), and optimises on that rollout, as SFT's
+minibatches each come from one schema. Validation, the final tables and the calibration pool all
+schemas (``by_schema`` in ``eval.json``), and the router records every schema like a
+multi-schema SFT checkpoint. ``--unlabelled`` is then a folder of ``<data set folder
+name>.jsonl`` logs.
+
 Outputs:
 
 - ``--out``: the final router (``RouterModel.save_pretrained`` layout, loadable like the SFT
@@ -86,7 +96,7 @@ import time
 import warnings
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -94,7 +104,7 @@ import numpy as np
 import torch
 
 from core.cli import parse, run_main
-from core.dataset import load_dataset
+from core.dataset import BuiltDataset, load_dataset
 from core.errors import CheckpointError, ConfigError, DataError
 from core.io import write_json, write_jsonl
 from envs.schema_routing_v1 import read_judges, read_question_log
@@ -103,12 +113,13 @@ from rewards.router import RewardConfig
 from router.buffer import RolloutBuffer
 from router.curves import plot_ppo_curve
 from router.evaluate import format_table, path_metrics
+from router.checkpoint import RouterCheckpointConfig, SchemaRecord
 from router.model import PathSpace, RouterModel, check_question_lengths
+from router.multi_schema import data_set_folders, fit_temperature_pooled, pooled_metrics
 from router.policy import RouterPolicy
 from router.route import Router
 from router.ppo_checkpoint import STATE_FILE, TrainerState, load_checkpoint, save_checkpoint
 from router.rollout import OBS_KEYS, env_rng_states, make_routing_envs, policy_batch, restore_envs, routing_features, unlabelled_samples
-from router.calibration import fit_temperature
 from router.sft_data import EncodedSplit, RewardTable, encode_split, lr_lambda, predict_split, split_log_probs
 
 PRESETS: dict[str, dict[str, Any]] = {
@@ -126,7 +137,7 @@ class PPOConfig:
     """Options of ``python -m router.train_ppo`` (see the module docstring for presets and metrics)."""
 
     data: Path
-    """Data set folder written by python -m data_pipeline.build (schema.json + samples.jsonl)."""
+    """Data set folder written by python -m data_pipeline.build (schema.json + samples.jsonl), or a folder of such folders (one router on all their schemas, as python -m router.train_sft trained it)."""
     init: Path
     """SFT checkpoint (python -m router.train_sft --out): actor and critic both start from it."""
     out: Path
@@ -196,7 +207,7 @@ class PPOConfig:
     reward: RewardConfig = field(default_factory=RewardConfig)
     """Router reward (rewards.router) paid by the env on labelled questions."""
     unlabelled: Path | None = None
-    """Questions without labels (a question log: JSONL, one {"question": ...} a line) mixed into the rollouts and paid by the label-free reward; a log judged by python -m generator.judge pays the language model's preference over routes instead."""
+    """Questions without labels (a question log: JSONL, one {"question": ...} a line) mixed into the rollouts and paid by the label-free reward; a log judged by python -m generator.judge pays the language model's preference over routes instead. With several data sets: a folder holding one log per data set, named after its folder (e.g. concert_singer.jsonl)."""
     unlabelled_ratio: float = 0.5
     """Share of rollout episodes that draw an unlabelled question (with --unlabelled)."""
     label_free_weight: float = 0.0
@@ -283,6 +294,157 @@ def _check_resumable(saved: dict[str, Any], cfg: PPOConfig, where: Path) -> None
         raise CheckpointError(f"cannot resume with different options ({pairs})", where=where)
 
 
+@dataclass
+class PPOPart:
+    """One data set's share of a PPO run (one part, or one per schema with a folder of data sets).
+
+    Attributes:
+        folder: the data set folder; ``ds``: the data set; ``samples_file``: its ``samples.jsonl``
+            (named in errors).
+        policy: a :class:`RouterPolicy` over its schema; every part's policy shares one network.
+        rewards_table: rewards of its legal paths against its gold paths.
+        train_set: its labelled training questions, then its unlabelled ones (encoded once).
+        n_labelled: labelled rows of ``train_set``.
+        val_set: its validation questions (encoded once).
+        envs: its ``n_envs`` copies of ``route2sql/SchemaRouting-v1``.
+        buffer: its rollout buffer (observation widths differ between schemas).
+        obs, info: what its envs show now; its next rollout starts there.
+    """
+
+    folder: Path
+    ds: BuiltDataset
+    samples_file: str
+    policy: RouterPolicy
+    rewards_table: RewardTable
+    train_set: EncodedSplit
+    n_labelled: int
+    val_set: EncodedSplit
+    envs: Any
+    buffer: RolloutBuffer
+    obs: dict[str, np.ndarray] = field(default_factory=dict)
+    info: dict[str, Any] = field(default_factory=dict)
+    encoded: dict[str, EncodedSplit] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return self.ds.schema.name
+
+    def split(self, name: str) -> EncodedSplit | None:
+        """The encoded split ``name`` (None when the data set has none), encoded once."""
+        if name == "validation":
+            return self.val_set
+        if name not in self.encoded:
+            samples = self.ds.split(name)
+            if not samples:
+                return None
+            self.encoded[name] = encode_split(self.policy, samples, self.rewards_table, self.samples_file)
+        return self.encoded[name]
+
+
+def unlabelled_logs(unlabelled: Path | None, folders: Sequence[Path]) -> list[Path | None]:
+    """The question log of each data set folder: ``unlabelled`` itself for one data set; for several,
+    ``unlabelled/<data set folder name>.jsonl`` (None for a data set without one).
+
+    Raises:
+        ConfigError: several data sets and ``unlabelled`` is not a folder, or a folder holding no
+            log named after any of them.
+    """
+    if unlabelled is None:
+        return [None] * len(folders)
+    if len(folders) == 1:
+        return [Path(unlabelled)]
+    d = Path(unlabelled)
+    if not d.is_dir():
+        raise ConfigError(
+            f"with {len(folders)} data sets --unlabelled is a folder holding <data set folder name>.jsonl "
+            f"(e.g. {folders[0].name}.jsonl), got {d}",
+            where="--unlabelled",
+        )
+    logs = [d / f"{f.name}.jsonl" for f in folders]
+    if not any(p.is_file() for p in logs):
+        raise ConfigError(f"{d} holds no question log named after a data set (e.g. {folders[0].name}.jsonl)", where="--unlabelled")
+    return [p if p.is_file() else None for p in logs]
+
+
+def schema_for_update(sizes: Sequence[int], update: int, seed: int) -> int:
+    """Which part rolls out update ``update`` (1-based): drawn in proportion to ``sizes`` (each
+    part's training questions, labelled and unlabelled), so every training question is as likely
+    as in a one-schema run, from an RNG seeded by ``(seed, update)`` so a resumed run draws the same.
+
+    >>> schema_for_update([40], 3, 0)
+    0
+    >>> sorted({schema_for_update([1, 0, 1], u, 0) for u in range(1, 40)})
+    [0, 2]
+    """
+    if len(sizes) == 1:
+        return 0
+    p = np.asarray(sizes, dtype=np.float64)
+    return int(np.random.default_rng([seed, update]).choice(len(sizes), p=p / p.sum()))
+
+
+def _load_part(cfg: PPOConfig, folder: Path, model: RouterModel, init_ckpt: RouterCheckpointConfig, log_file: Path | None) -> PPOPart:
+    """Load one data set, bind the router to its schema, encode its questions and make its envs.
+
+    Raises:
+        DataError: no training or validation samples (or as :func:`core.dataset.load_dataset`).
+        CheckpointError: the router was not trained on this schema.
+    """
+    ds = load_dataset(folder)
+    samples_file = str(Path(folder) / "samples.jsonl")
+    train_samples = ds.split("train")
+    if cfg.max_train_samples > 0:
+        train_samples = train_samples[: cfg.max_train_samples]
+    val_samples = ds.split("validation")
+    for name, s in (("train", train_samples), ("validation", val_samples)):
+        if not s:
+            raise DataError(f"no samples in split {name!r}", where=samples_file)
+    init_ckpt.bind(ds.graph, where=cfg.init, hint="PPO starts from a router trained on this schema (python -m router.train_sft)")
+    policy = RouterPolicy(model, PathSpace(ds.graph, ds.values))
+    policy.eval()  # dropout off in rollout and update alike: ratio == 1 before the first step
+    rewards_table = RewardTable(policy.space, cfg.reward)
+    log = read_question_log(log_file) if log_file else []
+    questions = [q for _, q in log]
+    judges = read_judges(log_file, ds.graph) if log_file else None
+    if log_file:
+        check_question_lengths(model, questions, log_file, [line for line, _ in log])
+    unlabelled = unlabelled_samples(questions, ds.graph, ds.schema.name)
+    train_set = encode_split(policy, train_samples + unlabelled, rewards_table, samples_file)  # unlabelled rows last
+    val_set = encode_split(policy, val_samples, rewards_table, samples_file)
+    features = routing_features(train_set, vocab_size=len(model.tokenizer))
+    envs = make_routing_envs(ds.graph, train_set, features, cfg.reward, cfg.n_envs, n_labelled=len(train_samples),
+                             unlabelled_ratio=cfg.unlabelled_ratio if unlabelled else 0.0, label_free=cfg.label_free,
+                             label_free_weight=cfg.label_free_weight, values=ds.values, db_path=str(ds.db_path),
+                             judges=judges)  # fmt: skip
+    obs_shapes = {k: (s.shape, s.dtype) for k, s in features.spaces.items()} | {"sample_index": ((), np.int64)}
+    buffer = RolloutBuffer(cfg.n_steps, cfg.n_envs, obs_shapes, cfg.gamma, cfg.gae_lambda)
+    return PPOPart(Path(folder), ds, samples_file, policy, rewards_table, train_set, len(train_samples), val_set, envs, buffer)
+
+
+def evaluate_parts(parts: Sequence[PPOPart], name: str, reward: RewardConfig) -> dict[str, Any] | None:
+    """Greedy routing metrics of split ``name``: :func:`evaluate_split` for one part; for several,
+    the parts pooled with ``by_schema`` (:func:`router.multi_schema.pooled_metrics`). None when no
+    part has the split."""
+    per_part = []
+    for p in parts:
+        split = p.split(name)
+        if split is None:
+            continue
+        preds, _ = predict_split(p.policy, split)
+        per_part.append(([p.policy.space.paths[i] for i in preds], split.samples, p.ds.graph))
+    if not per_part:
+        return None
+    return pooled_metrics(per_part, reward) if len(parts) > 1 else path_metrics(*per_part[0], reward)
+
+
+def router_metadata(init_ckpt: RouterCheckpointConfig, parts: Sequence[PPOPart]) -> RouterCheckpointConfig:
+    """The PPO router's metadata: bound to the one schema, or recording every part's schema."""
+    if len(parts) == 1:
+        return init_ckpt.bound_to(parts[0].ds.graph, parts[0].ds.values)
+    graphs = tuple(p.ds.graph for p in parts)
+    records = tuple(SchemaRecord.of(p.ds.graph, p.folder) for p in parts)
+    return replace(init_ckpt, schemas=records, multi=True, graphs=graphs, values=None)
+
+
 def train(cfg: PPOConfig) -> PPOResult:
     """Run PPO as ``cfg`` says; returns the result (``out`` is None when ``stop_after`` ended the run early).
 
@@ -290,7 +452,8 @@ def train(cfg: PPOConfig) -> PPOResult:
         DataError: the data set is missing or has no training or validation samples.
         CheckpointError: ``--init`` is not a router checkpoint or was trained on another schema;
             a checkpoint to resume is unreadable or was made with other options.
-        ConfigError: a checkpoint exists but ``--resume`` was not given.
+        ConfigError: a checkpoint exists but ``--resume`` was not given; several data sets and
+            ``--unlabelled`` is not a folder of their logs.
     """
     t0 = time.perf_counter()
     if cfg.threads > 0:
@@ -299,16 +462,10 @@ def train(cfg: PPOConfig) -> PPOResult:
     np.random.seed(cfg.seed)
     torch.manual_seed(cfg.seed)
 
-    # ---- data, policy (actor and critic from SFT, or from the checkpoint being resumed)
-    ds = load_dataset(cfg.data)
-    samples_file = str(Path(cfg.data) / "samples.jsonl")
-    train_samples = ds.split("train")
-    if cfg.max_train_samples > 0:
-        train_samples = train_samples[: cfg.max_train_samples]
-    val_samples = ds.split("validation")
-    for name, s in (("train", train_samples), ("validation", val_samples)):
-        if not s:
-            raise DataError(f"no samples in split {name!r}", where=samples_file)
+    # ---- policy (actor and critic from SFT, or from the checkpoint being resumed), then per data set:
+    #      its schema's policy over the one network, encoded questions, envs and rollout buffer
+    folders = data_set_folders(cfg.data)
+    logs = unlabelled_logs(cfg.unlabelled, folders)
     ckpt_dir, log_dir = cfg.checkpoint_path, cfg.log_path
     state: TrainerState | None = None
     if (ckpt_dir / STATE_FILE).exists():
@@ -316,32 +473,19 @@ def train(cfg: PPOConfig) -> PPOResult:
             raise ConfigError(f"a checkpoint exists in {ckpt_dir}; pass --resume to continue it or remove it", where="--resume")
         model, state, saved_cfg, init_ckpt = load_checkpoint(ckpt_dir)
         _check_resumable(saved_cfg, cfg, ckpt_dir)
+        if len(state.pending) != len(folders):
+            raise CheckpointError(f"saved for {len(state.pending)} data sets, --data has {len(folders)}", where=ckpt_dir)
     else:
         if cfg.resume:
             warnings.warn(f"--resume: no checkpoint in {ckpt_dir}, starting from --init {cfg.init}", stacklevel=2)
         model, init_ckpt = RouterModel.from_pretrained(cfg.init)
-    init_ckpt.bind(ds.graph, where=cfg.init, hint="PPO starts from a router trained on this schema (python -m router.train_sft)")
-    policy = RouterPolicy(model, PathSpace(ds.graph, ds.values))
-    policy.eval()  # dropout off in rollout and update alike: ratio == 1 before the first step
-    rewards_table = RewardTable(policy.space, cfg.reward)
-    log = read_question_log(cfg.unlabelled) if cfg.unlabelled else []
-    questions = [q for _, q in log]
-    judges = read_judges(cfg.unlabelled, ds.graph) if cfg.unlabelled else None
-    if cfg.unlabelled:
-        check_question_lengths(model, questions, cfg.unlabelled, [line for line, _ in log])
-    unlabelled = unlabelled_samples(questions, ds.graph, ds.schema.name)
-    train_set = encode_split(policy, train_samples + unlabelled, rewards_table, samples_file)  # unlabelled rows last
-    val_set = encode_split(policy, val_samples, rewards_table, samples_file)
+    parts = [_load_part(cfg, folder, model, init_ckpt, log) for folder, log in zip(folders, logs, strict=True)]
+    multi = len(parts) > 1
+    sizes = [len(p.train_set) for p in parts]
+    metadata = router_metadata(init_ckpt, parts)
 
-    # ---- envs, buffer, optimizers (separate: actor and critic parameters are disjoint)
-    features = routing_features(train_set, vocab_size=len(model.tokenizer))
-    envs = make_routing_envs(ds.graph, train_set, features, cfg.reward, cfg.n_envs, n_labelled=len(train_samples),
-                             unlabelled_ratio=cfg.unlabelled_ratio if unlabelled else 0.0, label_free=cfg.label_free,
-                             label_free_weight=cfg.label_free_weight, values=ds.values, db_path=str(ds.db_path),
-                             judges=judges)  # fmt: skip
-    obs_shapes = {k: (s.shape, s.dtype) for k, s in features.spaces.items()} | {"sample_index": ((), np.int64)}
-    buffer = RolloutBuffer(cfg.n_steps, cfg.n_envs, obs_shapes, cfg.gamma, cfg.gae_lambda)
-    actor_params, critic_params = policy.actor_parameters(), policy.critic_parameters()
+    # ---- optimizers (separate: actor and critic parameters are disjoint)
+    actor_params, critic_params = parts[0].policy.actor_parameters(), parts[0].policy.critic_parameters()
     actor_opt = torch.optim.AdamW(actor_params, lr=cfg.actor_lr, weight_decay=0.0)
     critic_opt = torch.optim.Adam(critic_params, lr=cfg.critic_lr)
     schedule = lr_lambda(cfg.total_updates, 0.0) if cfg.anneal_lr else (lambda step: 1.0)
@@ -355,16 +499,19 @@ def train(cfg: PPOConfig) -> PPOResult:
         actor_sched.load_state_dict(state.actor_scheduler)
         critic_sched.load_state_dict(state.critic_scheduler)
         shuffle_gen.set_state(state.shuffle_rng)
-        obs, info = restore_envs(envs, state.env_rng, state.pending)
+        for part, rng, pending in zip(parts, state.env_rng, state.pending, strict=True):
+            part.obs, part.info = restore_envs(part.envs, rng, pending)
         state.restore_global_rngs()
         history, start_update, global_step, extra = state.history, state.update, state.global_step, state.extra
     else:
-        obs, info = envs.reset(seed=cfg.seed)
-        start = evaluate_split(policy, val_set, cfg.reward)
+        for k, part in enumerate(parts):
+            part.obs, part.info = part.envs.reset(seed=cfg.seed + k * cfg.n_envs)
+        start = evaluate_parts(parts, "validation", cfg.reward)
+        assert start is not None  # every part has validation questions (_load_part)
         sft_eval = {"validation": start}
         for name in cfg.eval_splits:
-            if name not in ("validation", "train") and ds.split(name):
-                sft_eval[name] = evaluate_split(policy, encode_split(policy, ds.split(name), rewards_table, samples_file), cfg.reward)
+            if name not in ("validation", "train") and (m := evaluate_parts(parts, name, cfg.reward)) is not None:
+                sft_eval[name] = m
         history = [{"update": 0, "global_step": 0} | route_row(start)]
         start_update, global_step = 0, 0
         extra = {"start_val_acc": start["full_path_acc"], "best_val_acc": start["full_path_acc"], "best_update": 0, "sft_eval": sft_eval}
@@ -382,15 +529,17 @@ def train(cfg: PPOConfig) -> PPOResult:
             update=update, global_step=global_step,
             actor_optimizer=actor_opt.state_dict(), critic_optimizer=critic_opt.state_dict(),
             actor_scheduler=actor_sched.state_dict(), critic_scheduler=critic_sched.state_dict(),
-            shuffle_rng=shuffle_gen.get_state(), env_rng=env_rng_states(envs),
-            pending=[int(i) for i in info["sample_index"]], history=history, extra=extra,
+            shuffle_rng=shuffle_gen.get_state(), env_rng=[env_rng_states(p.envs) for p in parts],
+            pending=[[int(i) for i in p.info["sample_index"]] for p in parts], history=history, extra=extra,
         )  # fmt: skip
-        meta = init_ckpt.bound_to(ds.graph, ds.values).updated({"ppo_update": update})
-        save_checkpoint(ckpt_dir, model, meta, st, cfg.to_dict())
+        save_checkpoint(ckpt_dir, model, metadata.updated({"ppo_update": update}), st, cfg.to_dict())
 
-    updates_this_run = 0
+    updates_this_run, t_loop = 0, time.perf_counter()
     for update in range(start_update + 1, cfg.total_updates + 1):
         t_update = time.perf_counter()
+        part_index = schema_for_update(sizes, update, cfg.seed)
+        part = parts[part_index]  # with several schemas, one schema's envs roll out this update
+        policy, buffer, train_set, obs, info = part.policy, part.buffer, part.train_set, part.obs, part.info
 
         # ---- 1. rollout: n_steps x n_envs one-question episodes
         buffer.reset()
@@ -400,7 +549,7 @@ def train(cfg: PPOConfig) -> PPOResult:
             index = np.asarray(info["sample_index"])
             with torch.no_grad():
                 actions, values, log_probs = policy(policy_batch(obs, index, train_set))
-            next_obs, rewards, terminated, truncated, next_info = envs.step(actions.numpy())
+            next_obs, rewards, terminated, truncated, next_info = part.envs.step(actions.numpy())
             buffer.add({**{k: obs[k] for k in OBS_KEYS}, "sample_index": index}, actions.numpy(), rewards,
                        terminated | truncated, values.numpy(), log_probs.numpy())  # fmt: skip
             final = next_info["final_info"]
@@ -411,6 +560,7 @@ def train(cfg: PPOConfig) -> PPOResult:
             successes += int(np.sum(final["is_success"]))
             n_labelled += int(np.sum(final["labelled"]))
             obs, info = next_obs, next_info
+        part.obs, part.info = obs, info
         n_rollout = cfg.n_steps * cfg.n_envs
         global_step += n_rollout
 
@@ -484,8 +634,11 @@ def train(cfg: PPOConfig) -> PPOResult:
         row["train/kl_stop"] = float(kl_stop)
         row["train/actor_lr"] = actor_sched.get_last_lr()[0]
         row["train/critic_lr"] = critic_sched.get_last_lr()[0]
+        if multi:
+            row["rollout/schema_index"] = part_index  # into the data set folders, sorted by name
         if update % cfg.eval_every == 0 or update == cfg.total_updates:
-            m = evaluate_split(policy, val_set, cfg.reward)
+            m = evaluate_parts(parts, "validation", cfg.reward)
+            assert m is not None
             row |= route_row(m)
             if m["full_path_acc"] > extra["best_val_acc"]:
                 extra["best_val_acc"], extra["best_update"] = m["full_path_acc"], update
@@ -501,10 +654,12 @@ def train(cfg: PPOConfig) -> PPOResult:
                     writer.add_scalar(k, v, global_step)
         if cfg.progress:
             acc = f" val_acc {row['route/full_path_acc']:.3f}" if "route/full_path_acc" in row else ""
+            on = f" [{part.name}]" if multi else ""
             print(
-                f"update {update}/{cfg.total_updates} reward {row['rollout/reward_mean']:.3f} "
+                f"update {update}/{cfg.total_updates}{on} reward {row['rollout/reward_mean']:.3f} "
                 f"kl {row['train/approx_kl']:.4f} clip {row['train/clip_fraction']:.3f} "
-                f"ev {row['train/explained_variance']:.2f} epochs {epochs_done}{acc} ({row['time/update_s']:.1f} s)",
+                f"ev {row['train/explained_variance']:.2f} epochs {epochs_done}{acc} ({row['time/update_s']:.1f} s, "
+                f"ETA {(time.perf_counter() - t_loop) / (updates_this_run + 1) * (cfg.total_updates - update):.0f} s)",
                 file=sys.stderr,
             )
         updates_this_run += 1
@@ -525,11 +680,9 @@ def train(cfg: PPOConfig) -> PPOResult:
         warnings.warn("--keep best after --resume keeps the last router (the best weights were not checkpointed)", stacklevel=2)
     metrics: dict[str, dict[str, Any]] = {}
     for name in cfg.eval_splits:
-        samples = ds.split(name)
-        if not samples:
-            continue
-        split = val_set if name == "validation" else encode_split(policy, samples, rewards_table, samples_file)
-        metrics[name] = {"sft": extra["sft_eval"][name], "ppo": evaluate_split(policy, split, cfg.reward)}
+        m = evaluate_parts(parts, name, cfg.reward)
+        if m is not None:
+            metrics[name] = {"sft": extra["sft_eval"][name], "ppo": m}
     summary = {
         "start_val_acc": extra["start_val_acc"],
         "min_val_acc": min(r["route/full_path_acc"] for r in history if "route/full_path_acc" in r),
@@ -537,21 +690,25 @@ def train(cfg: PPOConfig) -> PPOResult:
         "best_update": extra["best_update"],
         "kept": cfg.keep,
     }
-    # PPO moved the policy: calibrate its probabilities again on the validation questions
-    temperature = fit_temperature(split_log_probs(policy, val_set), val_set.path)
-    metadata = {
+    # PPO moved the policy: calibrate its probabilities again on the validation questions (all schemas pooled)
+    temperature = fit_temperature_pooled([split_log_probs(p.policy, p.val_set) for p in parts], [p.val_set.path for p in parts])
+    final_meta = {
         "ppo_update": cfg.total_updates,
         "temperature": round(temperature, 4),
         "training": cfg.to_dict() | {"phase": "ppo"},
         "metrics": {k: {p: {m: v[p][m] for m in ("n", "anchor_acc", "via_acc", "target_acc", "full_path_acc") if m in v[p]}
                         for p in ("sft", "ppo")} for k, v in metrics.items()} | {"summary": summary},  # fmt: skip
     }
-    router = Router(policy, init_ckpt.bound_to(ds.graph, ds.values))
-    out = router.save_pretrained(cfg.out, metadata, files={"eval.json": metrics | {"summary": summary}})
+    files = {"eval.json": metrics | {"summary": summary}}
+    if multi:
+        out = model.save_pretrained(cfg.out, metadata.updated(final_meta), files=files)
+    else:
+        out = Router(parts[0].policy, metadata).save_pretrained(cfg.out, final_meta, files=files)
     write_jsonl(out / "metrics.jsonl", history)
     write_json(log_dir / "eval.json", metrics | {"summary": summary})
-    plot_ppo_curve(history, log_dir / "training_curve.png", cfg.target_kl,
-                   title=f"router PPO on {ds.schema.name} ({cfg.preset}; validation n={len(val_samples)})")
+    n_val = sum(len(p.val_set) for p in parts)
+    on = f"{len(parts)} schemas" if multi else parts[0].name
+    plot_ppo_curve(history, log_dir / "training_curve.png", cfg.target_kl, title=f"router PPO on {on} ({cfg.preset}; validation n={n_val})")
     return PPOResult(out, metrics | {"summary": summary}, history, cfg.total_updates, time.perf_counter() - t0)
 
 

@@ -49,7 +49,6 @@ from __future__ import annotations
 import json
 import math
 import random
-import sys
 import time
 from collections import Counter
 from collections.abc import Sequence
@@ -63,10 +62,10 @@ import torch
 from core.cli import parse, run_main
 from core.dataset import BuiltDataset, load_dataset
 from core.errors import ConfigError, DataError
-from core.graph import JoinPath, SchemaGraph
+from core.graph import JoinPath
 from core.io import write_json, write_jsonl
 from core.samples import Sample
-from router.calibration import expected_calibration_error, fit_temperature
+from router.calibration import expected_calibration_error
 from rewards.router import RewardConfig
 from data_pipeline.encoders import DEFAULT_ENCODER
 from router.evaluate import format_table, path_metrics
@@ -74,6 +73,7 @@ from router.model import PathSpace, RouterModel
 from router.policy import PathDistribution, RouterPolicy
 from router.checkpoint import RouterCheckpointConfig
 from router import sft_resume
+from router.multi_schema import data_set_folders, fit_temperature_pooled, pooled_metrics
 from router.sft_data import EncodedSplit, RewardTable, encode_split, lr_lambda, predict_split, split_log_probs
 
 
@@ -349,39 +349,6 @@ def build_policy(cfg: SFTConfig, ds: BuiltDataset) -> RouterPolicy:
     return RouterPolicy(model, PathSpace(ds.graph, ds.values))
 
 
-def fit_temperature_pooled(log_probs: Sequence[torch.Tensor], gold: Sequence[torch.Tensor]) -> float:
-    """One temperature for several schemas' validation questions: each ``(n_i, N_i)`` log-prob
-    matrix is scored against its ``(n_i,)`` gold paths; :func:`router.calibration.fit_temperature`
-    on their concatenation (padded with ``-inf`` to the widest ``N``)."""
-    width = max((lp.shape[1] for lp in log_probs), default=1)
-    rows = [torch.nn.functional.pad(lp, (0, width - lp.shape[1]), value=float("-inf")) for lp in log_probs]
-    return fit_temperature(torch.cat(rows), torch.cat(list(gold))) if rows else 1.0
-
-
-def data_set_folders(data: str | Path) -> list[Path]:
-    """The data set folders behind ``--data``: itself, or the data set folders directly under it.
-
-    ``data`` is a data set folder when it holds ``schema.json`` (or does not exist: then
-    :func:`~core.dataset.load_dataset` names the problem); otherwise every sub-folder
-    holding a ``schema.json``, sorted by name (``python -m evaluation.spider_data --out`` writes one
-    per database).
-
-    Raises:
-        DataError: ``data`` is a folder with neither ``schema.json`` nor data set folders under it.
-    """
-    d = Path(data)
-    if not d.is_dir() or (d / "schema.json").is_file():
-        return [d]
-    subs = sorted(p for p in d.iterdir() if p.is_dir() and (p / "schema.json").is_file())
-    if not subs:
-        raise DataError(
-            "not a data set folder (no schema.json) and no data set folders under it; "
-            "build one with python -m data_pipeline.build",
-            where=d,
-        )
-    return subs
-
-
 @dataclass
 class SchemaPart:
     """One data set's share of (possibly multi-schema) training.
@@ -453,26 +420,6 @@ def epoch_batches(sizes: Sequence[int], batch_size: int, gen: torch.Generator) -
     if len(sizes) > 1:
         batches = [batches[i] for i in torch.randperm(len(batches), generator=gen).tolist()]
     return batches
-
-
-def pooled_metrics(
-    per_part: Sequence[tuple[list[JoinPath], list[Sample], SchemaGraph]], reward: RewardConfig
-) -> dict[str, Any]:
-    """:func:`router.evaluate.path_metrics` of several schemas' predictions pooled, plus ``by_schema``.
-
-    ``mean_reward`` and ``legal_rate`` are the sample-weighted means of the schemas' own (each
-    scored on its graph); ``by_schema`` maps each schema name to its own metrics.
-    """
-    preds = [p for ps, _, _ in per_part for p in ps]
-    samples = [s for _, ss, _ in per_part for s in ss]
-    out = path_metrics(preds, samples, None, reward)
-    by = {g.schema.name: path_metrics(ps, ss, g, reward) for ps, ss, g in per_part}
-    n = sum(m["n"] for m in by.values())
-    for key in ("mean_reward", "legal_rate"):
-        if n:
-            out[key] = sum(m[key] * m["n"] for m in by.values() if key in m) / n
-    out["by_schema"] = by
-    return out
 
 
 def train(cfg: SFTConfig) -> SFTResult:

@@ -154,6 +154,20 @@ def test_resume_equals_straight_run(tiny_router, tmp_path):
     _assert_same_run(tmp_path / "straight", tmp_path / "resumed")
 
 
+def test_a_checkpoint_saved_before_several_schemas_resumes(tiny_router, tmp_path):
+    """Checkpoints once held one data set's env states as flat lists; they resume to the same run."""
+    kw = dict(actor_lr=1e-3, critic_lr=1e-3, checkpoint_every=1)
+    train(tiny_config(tiny_router, tmp_path / "straight", **kw))
+    train(tiny_config(tiny_router, tmp_path / "resumed", stop_after=2, **kw))
+    state_file = tmp_path / "resumed.ckpt" / "trainer_state.pt"
+    raw = torch.load(state_file, weights_only=False)
+    assert len(raw["pending"]) == 1 and len(raw["pending"][0]) == 4  # one data set, its 4 envs
+    raw["env_rng"], raw["pending"] = raw["env_rng"][0], raw["pending"][0]  # the old layout
+    torch.save(raw, state_file)
+    train(tiny_config(tiny_router, tmp_path / "resumed", resume=True, **kw))
+    _assert_same_run(tmp_path / "straight", tmp_path / "resumed")
+
+
 @pytest.mark.slow
 def test_killed_process_resumes_to_the_same_result(tiny_router, tmp_path):
     """A real SIGKILL mid-run (after the first checkpoint), then --resume: same weights as a straight run."""

@@ -1,0 +1,75 @@
+"""One router trained on several schemas: the data set folders behind ``--data`` and pooled metrics.
+
+``python -m router.train_sft`` and ``python -m router.train_ppo`` both accept, as ``--data``, a
+folder of data set folders (``python -m evaluation.spider_data --out`` writes one per database).
+Each schema gets its own :class:`router.policy.RouterPolicy` over the one shared network; these
+helpers find the folders and pool what the per-schema policies measure.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from core.errors import DataError
+from core.graph import JoinPath, SchemaGraph
+from core.samples import Sample
+from rewards.router import RewardConfig
+from router.calibration import fit_temperature
+from router.evaluate import path_metrics
+
+
+def fit_temperature_pooled(log_probs: Sequence[torch.Tensor], gold: Sequence[torch.Tensor]) -> float:
+    """One temperature for several schemas' validation questions: each ``(n_i, N_i)`` log-prob
+    matrix is scored against its ``(n_i,)`` gold paths; :func:`router.calibration.fit_temperature`
+    on their concatenation (padded with ``-inf`` to the widest ``N``)."""
+    width = max((lp.shape[1] for lp in log_probs), default=1)
+    rows = [torch.nn.functional.pad(lp, (0, width - lp.shape[1]), value=float("-inf")) for lp in log_probs]
+    return fit_temperature(torch.cat(rows), torch.cat(list(gold))) if rows else 1.0
+
+
+def data_set_folders(data: str | Path) -> list[Path]:
+    """The data set folders behind ``--data``: itself, or the data set folders directly under it.
+
+    ``data`` is a data set folder when it holds ``schema.json`` (or does not exist: then
+    :func:`~core.dataset.load_dataset` names the problem); otherwise every sub-folder
+    holding a ``schema.json``, sorted by name (``python -m evaluation.spider_data --out`` writes one
+    per database).
+
+    Raises:
+        DataError: ``data`` is a folder with neither ``schema.json`` nor data set folders under it.
+    """
+    d = Path(data)
+    if not d.is_dir() or (d / "schema.json").is_file():
+        return [d]
+    subs = sorted(p for p in d.iterdir() if p.is_dir() and (p / "schema.json").is_file())
+    if not subs:
+        raise DataError(
+            "not a data set folder (no schema.json) and no data set folders under it; "
+            "build one with python -m data_pipeline.build",
+            where=d,
+        )
+    return subs
+
+
+def pooled_metrics(
+    per_part: Sequence[tuple[list[JoinPath], list[Sample], SchemaGraph]], reward: RewardConfig
+) -> dict[str, Any]:
+    """:func:`router.evaluate.path_metrics` of several schemas' predictions pooled, plus ``by_schema``.
+
+    ``mean_reward`` and ``legal_rate`` are the sample-weighted means of the schemas' own (each
+    scored on its graph); ``by_schema`` maps each schema name to its own metrics.
+    """
+    preds = [p for ps, _, _ in per_part for p in ps]
+    samples = [s for _, ss, _ in per_part for s in ss]
+    out = path_metrics(preds, samples, None, reward)
+    by = {g.schema.name: path_metrics(ps, ss, g, reward) for ps, ss, g in per_part}
+    n = sum(m["n"] for m in by.values())
+    for key in ("mean_reward", "legal_rate"):
+        if n:
+            out[key] = sum(m[key] * m["n"] for m in by.values() if key in m) / n
+    out["by_schema"] = by
+    return out
