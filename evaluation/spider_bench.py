@@ -17,8 +17,11 @@ route the rule derived without a choice (``clear``) vs the others (``ambiguous``
 - ``latency_ms``: routing time per question.
 
 Methods: ``router`` (the trained checkpoint, bound to each schema in turn with
-:meth:`router.route.Router.for_schema`) and ``retrieval``
-(:class:`evaluation.baselines.RetrievalRouter`: the same pretrained encoder, no training).
+:meth:`router.route.Router.for_schema`), ``retrieval``
+(:class:`evaluation.baselines.RetrievalRouter`: the same pretrained encoder, no training) and,
+with ``--reference``, ``reference``: a second checkpoint routed the same way (e.g. the SFT router
+a PPO router started from), compared with ``router`` question by question (both right, one
+only, neither; exact McNemar p, :func:`evaluation.paired.exact_mcnemar`) on full path and table set.
 The rule's ambiguity reasons are counted over all questions; gold paths longer than
 ``max_hops`` (which no router here can output) are counted too.
 
@@ -44,7 +47,7 @@ from evaluation.gold_paths import SpiderGold, derive_gold_path
 from evaluation.report import _md_table, _pct
 from data_pipeline.encoders import DEFAULT_ENCODER
 
-METHODS = ("router", "retrieval")
+METHODS = ("router", "retrieval", "reference")
 SCORE_COLS = ("table_set_acc", "full_path_acc", "anchor_acc", "target_acc")
 
 
@@ -56,10 +59,12 @@ class SpiderBenchConfig:
     """Folder written by python -m evaluation.spider_data --out (one data set folder per database)."""
     router: Path | None = None
     """Router checkpoint (e.g. python -m router.train_sft --data the same folder); needed by method router."""
+    reference: Path | None = None
+    """A second router checkpoint (e.g. the SFT router a PPO router started from), compared with --router question by question."""
     out: Path = Path("runs/spider_bench")
     """Folder for spider_results.json, report.md, by_hops.png and predictions.jsonl."""
-    methods: tuple[str, ...] = METHODS
-    """Methods to run (router, retrieval)."""
+    methods: tuple[str, ...] = ("router", "retrieval")
+    """Methods to run (router, retrieval; reference is added when --reference is given)."""
     encoder: str = DEFAULT_ENCODER
     """Encoder of the untrained retrieval baseline."""
     retarget: bool = False
@@ -75,6 +80,10 @@ class SpiderBenchConfig:
         for m in self.methods:
             if m not in METHODS:
                 raise ConfigError(f"unknown method {m!r}; choose from {', '.join(METHODS)}", where="methods")
+        if self.reference is not None and "reference" not in self.methods:
+            self.methods = (*self.methods, "reference")
+        if "reference" in self.methods and self.reference is None:
+            raise ConfigError("method 'reference' needs --reference", where="reference")
         if "router" in self.methods and self.router is None:
             raise ConfigError("method 'router' needs --router (or pass --methods retrieval)", where="router")
         if self.max_question_tokens < 8:
@@ -225,16 +234,17 @@ def run(cfg: SpiderBenchConfig) -> dict[str, Any]:
     for method in cfg.methods:
         preds: list[JoinPath] = []
         elapsed = 0.0
-        if method == "router":
+        if method in ("router", "reference"):
             from router.route import Router
 
-            assert cfg.router is not None
+            checkpoint = cfg.router if method == "router" else cfg.reference
+            assert checkpoint is not None
             first = next(iter(datasets.values()))
-            base = Router.from_pretrained(cfg.router, first.graph, retarget=cfg.retarget, values=first.values)
+            base = Router.from_pretrained(checkpoint, first.graph, retarget=cfg.retarget, values=first.values)
             limit = base.policy.model.config.max_question_tokens
             base.policy.model.config.max_question_tokens = max(limit, cfg.max_question_tokens)
             for db, qs in by_db.items():
-                router = base.for_schema(datasets[db].graph, retarget=cfg.retarget, where=cfg.router, values=datasets[db].values)
+                router = base.for_schema(datasets[db].graph, retarget=cfg.retarget, where=checkpoint, values=datasets[db].values)
                 t0 = time.perf_counter()
                 preds += router.predict_paths([q.question for q in qs])
                 elapsed += time.perf_counter() - t0
@@ -264,6 +274,8 @@ def run(cfg: SpiderBenchConfig) -> dict[str, Any]:
         "ambiguity": ambiguity_counts(golds),
         "scores": scores,
     }
+    if "router" in predictions and "reference" in predictions:
+        results["paired"] = paired_counts(predictions["router"], predictions["reference"], golds)
     write_json(out / "spider_results.json", results)
     write_jsonl(out / "predictions.jsonl", [
         {"db_id": q.db_id, "question": q.question, "sql": q.sql,
@@ -275,6 +287,32 @@ def run(cfg: SpiderBenchConfig) -> dict[str, Any]:
     atomic_write_text(out / "report.md", report_markdown(results))
     atomic_write_bytes(out / "by_hops.png", plot_by_hops(results))
     return results
+
+
+def paired_counts(a: Sequence[JoinPath], b: Sequence[JoinPath], golds: Sequence[SpiderGold]) -> dict[str, dict[str, Any]]:
+    """Routes ``a`` (method router) against ``b`` (reference) on the same questions, per measure
+    (``full_path``, ``table_set``): ``both``, ``a_only``, ``b_only``, ``neither`` right and the
+    exact McNemar p of the discordant counts.
+
+    >>> from core.graph import JoinPath as P
+    >>> gold = SpiderGold(frozenset({"t"}), P("t", (), "t"))
+    >>> paired_counts([P("t", (), "t"), P("t", (), "t")], [P("u", (), "u"), P("t", (), "t")], [gold, gold])["full_path"]
+    {'both': 1, 'a_only': 1, 'b_only': 0, 'neither': 0, 'p': 1.0}
+    """
+    from evaluation.paired import exact_mcnemar
+
+    if not len(a) == len(b) == len(golds):
+        raise ValueError(f"{len(a)} and {len(b)} routes for {len(golds)} gold routes")
+    checks = {
+        "full_path": lambda p, g: g.path is not None and p == g.path,
+        "table_set": lambda p, g: set(p.tables) == set(g.tables),
+    }
+    out: dict[str, dict[str, Any]] = {}
+    for name, right in checks.items():
+        c = Counter((right(x, g), right(y, g)) for x, y, g in zip(a, b, golds, strict=True))
+        n = {"both": c[True, True], "a_only": c[True, False], "b_only": c[False, True], "neither": c[False, False]}
+        out[name] = n | {"p": exact_mcnemar(n["a_only"], n["b_only"])}
+    return out
 
 
 # --------------------------------------------------------------------------- report
@@ -306,6 +344,11 @@ def report_markdown(results: dict[str, Any]) -> str:
             rows.append([g, str(n), *cells])
         header = ["hops" if key == "by_hops" else "group", "n", *(f"{m}: table set / full path" for m in methods)]
         parts += [f"## {title}", "", _md_table(header, rows), ""]
+    if "paired" in results:
+        rows = [[k.replace("_", " "), str(v["both"]), str(v["a_only"]), str(v["b_only"]), str(v["neither"]), f"{v['p']:.3g}"]
+                for k, v in results["paired"].items()]  # fmt: skip
+        parts += ["## router against reference, question by question", "",
+                  _md_table(["measure", "both right", "router only", "reference only", "neither", "exact McNemar p"], rows), ""]  # fmt: skip
     amb = results["ambiguity"]
     parts += ["## Gold-route rule: ambiguous questions by reason", "",
               _md_table(["reason", "questions"], [[r, str(n)] for r, n in amb["by_reason"].items()]), "",

@@ -11,7 +11,7 @@ from core.errors import ConfigError, DownloadError
 from core.graph import JoinPath, SchemaGraph
 from core.schema import Column, ForeignKey, Schema, Table
 from evaluation.gold_paths import SpiderGold, derive_gold_path
-from evaluation.spider_bench import SpiderBenchConfig, ambiguity_counts, main, report_markdown, score_routes
+from evaluation.spider_bench import SpiderBenchConfig, ambiguity_counts, main, paired_counts, report_markdown, score_routes
 
 P = JoinPath
 SCHEMA = Schema(
@@ -95,6 +95,21 @@ def test_report_tables() -> None:
     assert "| nested_query | 1 |" in md and "2 of 5 questions have at least one reason." in md
 
 
+def test_a_reference_router_is_compared_question_by_question() -> None:
+    # the reference gets question 1 wrong and question 2 right (PREDICTED: 1 right, 2 reversed)
+    reference = [P("concert", (), "concert"), GOLDS[1].path, *PREDICTED[2:]]
+    paired = paired_counts(PREDICTED, reference, GOLDS)
+    # full path: router 1, 3, 4; reference 2, 3, 4. Table set: router 1, 2, 3, 5; reference 2, 3, 5
+    assert paired["full_path"] == {"both": 2, "a_only": 1, "b_only": 1, "neither": 1, "p": 1.0}
+    assert paired["table_set"] == {"both": 3, "a_only": 1, "b_only": 0, "neither": 1, "p": 1.0}
+    scores = score_routes(PREDICTED, GOLDS) | {"latency_ms": 2.0}
+    md = report_markdown({"questions": 5, "databases": 2, "gold_beyond_max_hops": 0, "ambiguity": ambiguity_counts(GOLDS),
+                          "scores": {"router": scores, "reference": scores}, "paired": paired})  # fmt: skip
+    assert "| full path | 2 | 1 | 1 | 1 | 1 |" in md and "| table set | 3 | 1 | 0 | 1 | 1 |" in md
+    with pytest.raises(ValueError, match="4 and 5 routes for 5 gold routes"):
+        paired_counts(PREDICTED[:4], reference, GOLDS)
+
+
 def test_bad_options_name_the_field(tmp_path) -> None:
     with pytest.raises(ConfigError) as exc:
         SpiderBenchConfig(data=tmp_path)
@@ -102,6 +117,11 @@ def test_bad_options_name_the_field(tmp_path) -> None:
     with pytest.raises(ConfigError) as exc:
         SpiderBenchConfig(data=tmp_path, methods=("oracle",))
     assert exc.value.where == "methods"
+    with pytest.raises(ConfigError) as exc:
+        SpiderBenchConfig(data=tmp_path, methods=("retrieval", "reference"))
+    assert exc.value.where == "reference"
+    cfg = SpiderBenchConfig(data=tmp_path, router=tmp_path / "ppo", reference=tmp_path / "sft")
+    assert cfg.methods == ("router", "retrieval", "reference")
 
 
 def test_command_on_one_dev_database(tmp_path, capsys) -> None:
