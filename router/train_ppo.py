@@ -100,6 +100,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
+import gymnasium as gym
 import numpy as np
 import torch
 
@@ -304,7 +305,6 @@ class PPOPart:
         policy: a :class:`RouterPolicy` over its schema; every part's policy shares one network.
         rewards_table: rewards of its legal paths against its gold paths.
         train_set: its labelled training questions, then its unlabelled ones (encoded once).
-        n_labelled: labelled rows of ``train_set``.
         val_set: its validation questions (encoded once).
         envs: its ``n_envs`` copies of ``route2sql/SchemaRouting-v1``.
         buffer: its rollout buffer (observation widths differ between schemas).
@@ -317,9 +317,8 @@ class PPOPart:
     policy: RouterPolicy
     rewards_table: RewardTable
     train_set: EncodedSplit
-    n_labelled: int
     val_set: EncodedSplit
-    envs: Any
+    envs: gym.vector.SyncVectorEnv
     buffer: RolloutBuffer
     obs: dict[str, np.ndarray] = field(default_factory=dict)
     info: dict[str, Any] = field(default_factory=dict)
@@ -417,7 +416,7 @@ def _load_part(cfg: PPOConfig, folder: Path, model: RouterModel, init_ckpt: Rout
                              judges=judges)  # fmt: skip
     obs_shapes = {k: (s.shape, s.dtype) for k, s in features.spaces.items()} | {"sample_index": ((), np.int64)}
     buffer = RolloutBuffer(cfg.n_steps, cfg.n_envs, obs_shapes, cfg.gamma, cfg.gae_lambda)
-    return PPOPart(Path(folder), ds, samples_file, policy, rewards_table, train_set, len(train_samples), val_set, envs, buffer)
+    return PPOPart(Path(folder), ds, samples_file, policy, rewards_table, train_set, val_set, envs, buffer)
 
 
 def evaluate_parts(parts: Sequence[PPOPart], name: str, reward: RewardConfig) -> dict[str, Any] | None:
@@ -510,7 +509,7 @@ def train(cfg: PPOConfig) -> PPOResult:
         assert start is not None  # every part has validation questions (_load_part)
         sft_eval = {"validation": start}
         for name in cfg.eval_splits:
-            if name not in ("validation", "train") and (m := evaluate_parts(parts, name, cfg.reward)) is not None:
+            if name != "validation" and (m := evaluate_parts(parts, name, cfg.reward)) is not None:
                 sft_eval[name] = m
         history = [{"update": 0, "global_step": 0} | route_row(start)]
         start_update, global_step = 0, 0

@@ -78,8 +78,10 @@ def test_one_router_trains_on_both_schemas_and_records_them(two_schemas, tmp_pat
     from router.route import Router
 
     before, _ = RouterModel.from_pretrained(two_schemas["sft"])
-    res = train(multi_config(two_schemas, tmp_path / "ppo"))
+    res = train(multi_config(two_schemas, tmp_path / "ppo", eval_splits=("validation", "test", "train")))
     assert res.out is not None
+    train_n = sum(len(load_dataset(two_schemas["data"] / name).split("train")) for name in ("school", "shop"))
+    assert res.metrics["train"]["sft"]["n"] == res.metrics["train"]["ppo"]["n"] == train_n
     rows = _rows(tmp_path / "ppo")[1:]
     # school (index 0, folders sorted by name) and shop (1) each rolled out some of the 6 updates
     assert sorted({r["rollout/schema_index"] for r in rows}) == [0, 1]
