@@ -76,7 +76,7 @@ Metrics (one row per update, TensorBoard and ``metrics.jsonl``):
 - ``train/policy_gradient_loss``: the clipped surrogate loss;
 - ``train/value_loss``: MSE of the value head against the returns;
 - ``train/explained_variance``: ``1 - Var(returns - values) / Var(returns)`` over the rollout
-  (1 = perfect critic, 0 = no better than a constant);
+  (1 = perfect critic, 0 = no better than a constant; NaN when the returns barely vary);
 - ``train/epochs``: epochs completed in the update (fewer than ``n_epochs`` after a KL stop);
   ``train/kl_stop``: 1 when the update was stopped by ``target_kl``;
 - ``train/actor_lr``, ``train/critic_lr``: learning rates after the update;
@@ -280,6 +280,18 @@ def evaluate_split(policy: RouterPolicy, split: EncodedSplit, reward: RewardConf
     """Greedy routing metrics (:func:`router.evaluate.path_metrics`) of a cached split."""
     preds, _ = predict_split(policy, split)
     return path_metrics([policy.space.paths[i] for i in preds], split.samples, policy.space.graph, reward)
+
+
+def explained_variance(values: np.ndarray, returns: np.ndarray, eps: float = 1e-8) -> float:
+    """``1 - Var(returns - values) / Var(returns)`` of ``(n,)`` arrays (CleanRL, SB3), NaN when
+    the returns barely vary (``Var < eps``): a rollout paid the same reward throughout has nothing
+    to explain, and float noise in the denominator would print a huge negative number.
+
+    >>> explained_variance(np.array([1.0, 2.0]), np.array([1.0, 2.0])), explained_variance(np.zeros(2), np.array([1.0, 1.0 + 1e-7]))
+    (1.0, nan)
+    """
+    var = float(np.var(returns))
+    return 1.0 - float(np.var(returns - values)) / var if var >= eps else float("nan")
 
 
 def route_row(m: dict[str, Any]) -> dict[str, float]:
@@ -617,7 +629,6 @@ def train(cfg: PPOConfig) -> PPOResult:
 
         # ---- 4. log, validate, checkpoint
         values_flat, returns_flat = buffer.values.ravel(), buffer.returns.ravel()
-        var_ret = float(np.var(returns_flat))
         row: dict[str, float] = {"update": update, "global_step": global_step}
         row["rollout/reward_mean"] = comp_sum["reward"] / n_rollout
         for k in sorted(comp_sum):
@@ -628,7 +639,7 @@ def train(cfg: PPOConfig) -> PPOResult:
             row[f"train/{k}"] = stats[k] / n_mb if n_mb else float("nan")
         if kl_stop and n_mb == 0:
             row["train/approx_kl"] = mb_stats["approx_kl"]
-        row["train/explained_variance"] = 1.0 - float(np.var(returns_flat - values_flat)) / var_ret if var_ret > 0 else float("nan")
+        row["train/explained_variance"] = explained_variance(values_flat, returns_flat)
         row["train/epochs"] = epochs_done
         row["train/kl_stop"] = float(kl_stop)
         row["train/actor_lr"] = actor_sched.get_last_lr()[0]
