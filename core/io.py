@@ -17,7 +17,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from core.errors import DataError, Route2SQLError
+from core.errors import ConfigError, DataError, Route2SQLError
 
 
 def cache_dir(*parts: str) -> Path:
@@ -141,6 +141,44 @@ def remove_stale_temporaries(folder: str | Path) -> list[Path]:
             shutil.rmtree(entry, ignore_errors=True)
         done.append(entry)
     return sorted(done)
+
+
+def refuse_overlap(outputs: dict[str, str | Path | None], inputs: dict[str, str | Path | None]) -> None:
+    """Refuse output paths that would replace an input, or one another, before anything is written.
+
+    Outputs are replaced whole (:func:`atomic_directory`), so an output that is an input, lies
+    inside one or holds one would silently delete it; two outputs that overlap would delete each
+    other's files. ``None`` entries are skipped; paths are compared after ``resolve()``, so a
+    symbolic link or ``..`` does not hide an overlap. Keys are the option names used in the error.
+
+    Raises:
+        ConfigError: naming both options and the path, e.g.
+            ``--out: runs/ppo is inside --data runs/data; it would be replaced``.
+
+    >>> refuse_overlap({"--out": "runs/a"}, {"--data": "runs/b"})
+    >>> refuse_overlap({"--out": "runs/b/x"}, {"--data": "runs/b"})
+    Traceback (most recent call last):
+    ...
+    core.errors.ConfigError: --out: runs/b/x is inside --data runs/b; writing it would change the input
+    """
+
+    def relation(a: Path, b: Path) -> str | None:
+        if a == b:
+            return "is"
+        if b in a.parents:
+            return "is inside"
+        if a in b.parents:
+            return "holds"
+        return None
+
+    outs = [(k, Path(v)) for k, v in outputs.items() if v is not None]
+    ins = [(k, Path(v)) for k, v in inputs.items() if v is not None]
+    for i, (name, path) in enumerate(outs):
+        for other, other_path in ins + outs[i + 1:]:
+            rel = relation(path.resolve(), other_path.resolve())
+            if rel is not None:
+                what = "writing it would change the input" if (other, other_path) in ins else "one would replace the other"
+                raise ConfigError(f"{path} {rel} {other} {other_path}; {what}", where=name)
 
 
 @contextlib.contextmanager

@@ -57,9 +57,10 @@ from core.cli import parse, run_main
 from core.dataset import BuiltDataset, load_dataset
 from core.errors import CheckpointError, DataError, Route2SQLError
 from core.graph import JoinPath
-from core.io import atomic_directory, atomic_write_bytes, ensure_writable_dir, read_jsonl, write_json, write_jsonl
+from core.io import atomic_directory, atomic_write_bytes, ensure_writable_dir, read_jsonl, refuse_overlap, write_json, write_jsonl
 from core.progress import progress_bar
 from core.samples import Sample
+from core.torch_state import load_state
 from generator.config import GRPOConfig, config_to_dict
 from generator.folders import load_policy, prompt_settings_for, write_generator
 from generator.prompt import PromptSettings, prompt_token_ids, route_paths, sample_messages
@@ -579,20 +580,24 @@ def load_training_state(ckpt: Path, rank: int, world: int) -> tuple[int, dict[st
     """Read a checkpoint's step, optimizer state, scheduler state and this process's RNG state.
 
     Raises:
-        CheckpointError: a file is missing or the checkpoint was made with another process count.
+        CheckpointError: a file is missing, unreadable or holds anything but tensors, plain
+            containers and numpy RNG states; or the checkpoint was made with another process count.
     """
     try:
         import json
 
         state = json.loads((ckpt / "trainer_state.json").read_text(encoding="utf-8"))
-        opt = torch.load(ckpt / "optimizer.pt", weights_only=False)
-        sched = torch.load(ckpt / "scheduler.pt", weights_only=False)
-        rngs = torch.load(ckpt / "rng_state.pt", weights_only=False)
-    except (OSError, ValueError, RuntimeError) as exc:
-        raise CheckpointError(f"incomplete checkpoint ({exc})", where=ckpt) from exc
+        opt = load_state(ckpt / "optimizer.pt")  # never unpickles code planted in a checkpoint
+        sched = load_state(ckpt / "scheduler.pt")
+        rngs = load_state(ckpt / "rng_state.pt")
+        if not (isinstance(state, dict) and isinstance(opt, dict) and isinstance(sched, dict) and isinstance(rngs, list)):
+            raise TypeError("a file holds the wrong kind of object")
+        step, rng = int(state["step"]), rngs[rank]
+    except Exception as exc:  # missing, truncated, foreign or hostile files are all one error
+        raise CheckpointError(f"incomplete or unreadable checkpoint ({type(exc).__name__}: {exc})".splitlines()[0], where=ckpt) from exc
     if int(state.get("world_size", 1)) != world:
         raise CheckpointError(f"made with {state.get('world_size')} processes, resumed with {world}", where=ckpt)
-    return int(state["step"]), opt, sched, rngs[rank]
+    return step, opt, sched, rng
 
 
 def _restore_rng(state: dict[str, Any], stream: PromptStream) -> None:
@@ -622,6 +627,7 @@ def train(cfg: GRPOConfig) -> GRPOResult:
             is not the one the data set was built from.
         DataError, CheckpointError, ConfigError: bad data folder, checkpoint or settings.
     """
+    refuse_overlap({"--out": cfg.out}, {"--data": cfg.data, "--db": cfg.db, "--init": cfg.init, "--router": cfg.router})
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     accelerator = Accelerator(cpu=not torch.cuda.is_available())

@@ -28,7 +28,7 @@ from transformers import PreTrainedTokenizerBase, get_cosine_schedule_with_warmu
 from core.cli import parse, run_main
 from core.dataset import BuiltDataset, load_dataset
 from core.errors import DataError
-from core.io import ensure_writable_dir
+from core.io import ensure_writable_dir, refuse_overlap
 from core.progress import progress_bar
 from core.samples import Sample
 from generator.config import GeneratorSFTConfig, config_to_dict
@@ -149,6 +149,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     cfg = parse(GeneratorSFTConfig, argv, description=__doc__)
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
+    refuse_overlap({"--out": cfg.out}, {"--data": cfg.data, "--db": cfg.db})
     ensure_writable_dir(cfg.out.parent if cfg.out.parent != cfg.out else cfg.out)
     random.seed(cfg.seed)
     torch.manual_seed(cfg.seed)

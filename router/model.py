@@ -58,7 +58,6 @@ from core.schema import Table
 from core.values import ValueIndex
 from data_pipeline.encoders import DEFAULT_ENCODER, load_encoder, load_encoder_model, pool, weights_sha256
 from router.checkpoint import (
-    CHECKPOINT_FORMAT,
     CHECKPOINT_VERSION,
     CONFIG_FILE,
     ENCODER_DIR,

@@ -40,12 +40,15 @@ def data_set_folders(data: str | Path) -> list[Path]:
     per database).
 
     Raises:
-        DataError: ``data`` is a folder with neither ``schema.json`` nor data set folders under it.
+        DataError: ``data`` is a folder with neither ``schema.json`` nor data set folders under it,
+            or a ``schema.json`` under it is not a regular file.
     """
     d = Path(data)
     if not d.is_dir() or (d / "schema.json").is_file():
         return [d]
-    subs = sorted(p for p in d.iterdir() if p.is_dir() and (p / "schema.json").is_file())
+    subs = sorted(p for p in d.iterdir() if p.is_dir() and (p / "schema.json").exists())
+    if odd := [p / "schema.json" for p in subs if not (p / "schema.json").is_file()]:
+        raise DataError("not a regular file (a data set's schema.json is a JSON file)", where=odd[0])
     if not subs:
         raise DataError(
             "not a data set folder (no schema.json) and no data set folders under it; "
@@ -53,6 +56,21 @@ def data_set_folders(data: str | Path) -> list[Path]:
             where=d,
         )
     return subs
+
+
+def require_distinct_names(names: Sequence[str], folders: Sequence[Path], where: str | Path) -> None:
+    """Refuse two data sets with the same schema name: one router tells its schemas apart by name.
+
+    Raises:
+        DataError: naming the schema and both data set folders.
+    """
+    for i, name in enumerate(names):
+        if name in names[:i]:
+            first = folders[names.index(name)]
+            raise DataError(
+                f"data sets {first.name} and {folders[i].name} have the same schema name {name!r}; one router needs distinct names",
+                where=where,
+            )
 
 
 def pooled_metrics(

@@ -21,12 +21,14 @@ import torch
 
 from core.errors import CheckpointError
 from core.io import atomic_directory, write_json
+from core.torch_state import load_state
 from router.checkpoint import RouterCheckpointConfig
 from router.model import RouterModel
 
 STATE_FILE = "trainer_state.pt"
 CONFIG_FILE = "config.json"
 MODEL_DIR = "model"
+
 
 
 @dataclass
@@ -85,8 +87,12 @@ def load_checkpoint(ckpt_dir: str | Path) -> tuple[RouterModel, TrainerState, di
         ``(model, state, config, checkpoint)``: the router, the trainer state, the PPO options
         and the router's metadata.
 
+    The trainer state is unpickled with ``torch.load(weights_only=True)``: tensors, plain Python
+    containers and numpy RNG states only, so a planted ``trainer_state.pt`` cannot run code.
+
     Raises:
-        CheckpointError: a missing or unreadable file (named).
+        CheckpointError: a missing or unreadable file (named), including a state whose fields
+            are not of the types a run saves, or a ``config.json`` that is not a JSON object.
     """
     d = Path(ckpt_dir)
     for name in (MODEL_DIR, STATE_FILE, CONFIG_FILE):
@@ -94,11 +100,38 @@ def load_checkpoint(ckpt_dir: str | Path) -> tuple[RouterModel, TrainerState, di
             raise CheckpointError(f"not a PPO checkpoint (no {name})", where=d)
     model, checkpoint = RouterModel.from_pretrained(d / MODEL_DIR)
     try:
-        raw = torch.load(d / STATE_FILE, weights_only=False)
+        raw = load_state(d / STATE_FILE)  # tensors, plain containers and numpy RNG states only
+        if not isinstance(raw, dict):
+            raise TypeError(f"holds a {type(raw).__name__}, not a dict")
         state = TrainerState(**raw)
         if state.pending and not isinstance(state.pending[0], list):  # saved before several schemas: one data set
             state.env_rng, state.pending = [state.env_rng], [state.pending]
+        _check_types(state)
+    except Exception as exc:  # any unpickling failure (truncated file, foreign pickle, wrong fields) is one error
+        raise CheckpointError(f"unreadable trainer state ({type(exc).__name__}: {exc})".splitlines()[0], where=d / STATE_FILE) from exc
+    try:
         config = json.loads((d / CONFIG_FILE).read_text(encoding="utf-8"))
-    except (OSError, RuntimeError, TypeError, ValueError) as exc:
-        raise CheckpointError(f"unreadable trainer state ({exc})", where=d / STATE_FILE) from exc
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise CheckpointError(f"unreadable ({exc})", where=d / CONFIG_FILE) from exc
+    if not isinstance(config, dict):
+        raise CheckpointError(f"holds a JSON {type(config).__name__}, not an object of PPO options", where=d / CONFIG_FILE)
     return model, state, config, checkpoint
+
+
+def _check_types(state: TrainerState) -> None:
+    """Raise TypeError naming the first field of a loaded state whose type is not what a run saves."""
+    expected: dict[str, type | tuple[type, ...]] = {
+        "update": int, "global_step": int, "actor_optimizer": dict, "critic_optimizer": dict,
+        "actor_scheduler": dict, "critic_scheduler": dict, "shuffle_rng": torch.Tensor, "torch_rng": torch.Tensor,
+        "numpy_rng": dict, "python_rng": tuple, "env_rng": list, "pending": list, "history": list, "extra": dict,
+    }
+    for name, kind in expected.items():
+        value = getattr(state, name)
+        if not isinstance(value, kind) or isinstance(value, bool):
+            raise TypeError(f"field {name} is a {type(value).__name__}")
+    if state.update < 0 or state.global_step < 0:
+        raise TypeError(f"negative update {state.update} or global_step {state.global_step}")
+    if not all(isinstance(row, dict) for row in state.history):
+        raise TypeError("field history holds a row that is not a dict")
+    if not all(isinstance(x, list) for x in (*state.env_rng, *state.pending)):
+        raise TypeError("fields env_rng and pending must hold one list per data set")

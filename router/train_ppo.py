@@ -96,7 +96,7 @@ import time
 import warnings
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field, fields, is_dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -107,7 +107,7 @@ import torch
 from core.cli import parse, run_main
 from core.dataset import BuiltDataset, load_dataset
 from core.errors import CheckpointError, ConfigError, DataError
-from core.io import write_json, write_jsonl
+from core.io import refuse_overlap, remove_stale_temporaries, write_json, write_jsonl
 from envs.schema_routing_v1 import read_judges, read_question_log
 from rewards.label_free import LabelFreeConfig
 from rewards.router import RewardConfig
@@ -116,7 +116,7 @@ from router.curves import plot_ppo_curve
 from router.evaluate import format_table, path_metrics
 from router.checkpoint import RouterCheckpointConfig, SchemaRecord
 from router.model import PathSpace, RouterModel, check_question_lengths
-from router.multi_schema import data_set_folders, fit_temperature_pooled, pooled_metrics
+from router.multi_schema import data_set_folders, fit_temperature_pooled, pooled_metrics, require_distinct_names
 from router.policy import RouterPolicy
 from router.route import Router
 from router.ppo_checkpoint import STATE_FILE, TrainerState, load_checkpoint, save_checkpoint
@@ -220,6 +220,15 @@ class PPOConfig:
         for name, value in PRESETS[self.preset].items():  # a value given explicitly wins, even the preset's own
             if getattr(self, name) is None:
                 setattr(self, name, value)
+        for where, value in _float_options(self):
+            if not math.isfinite(value):
+                raise ConfigError(f"must be a finite number, got {value}", where=where)
+        for name in ("max_grad_norm", "vf_coef", "ent_coef", "threads", "seed", "stop_after", "max_train_samples"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"must be >= 0, got {getattr(self, name)}", where=f"--{name.replace('_', '-')}")
+        for name in ("gamma", "gae_lambda"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise ConfigError(f"must be in [0, 1], got {getattr(self, name)}", where=f"--{name.replace('_', '-')}")
         for name in ("actor_lr", "critic_lr", "clip_range", "target_kl"):
             if not getattr(self, name) > 0:
                 raise ConfigError(f"must be > 0, got {getattr(self, name)}", where=f"--{name.replace('_', '-')}")
@@ -263,6 +272,19 @@ class PPOConfig:
     @property
     def checkpoint_path(self) -> Path:
         return Path(self.checkpoint_dir) if self.checkpoint_dir is not None else Path(str(self.out) + ".ckpt")
+
+
+def _float_options(cfg: Any, prefix: str = "--") -> list[tuple[str, float]]:
+    """``(flag, value)`` of every float option of a config dataclass, nested ones (``--reward.x``) included."""
+    out: list[tuple[str, float]] = []
+    for f in fields(cfg):
+        value = getattr(cfg, f.name)
+        flag = prefix + f.name.replace("_", "-")
+        if isinstance(value, float):
+            out.append((flag, value))
+        elif is_dataclass(value):
+            out.extend(_float_options(value, flag + "."))
+    return out
 
 
 @dataclass
@@ -357,12 +379,19 @@ def unlabelled_logs(unlabelled: Path | None, folders: Sequence[Path]) -> list[Pa
     ``unlabelled/<data set folder name>.jsonl`` (None for a data set without one).
 
     Raises:
-        ConfigError: several data sets and ``unlabelled`` is not a folder, or a folder holding no
-            log named after any of them.
+        ConfigError: one data set and ``unlabelled`` is a folder; several data sets and
+            ``unlabelled`` is not a folder, holds no log named after any of them, or holds a
+            ``<name>.jsonl`` that is not a regular file.
     """
     if unlabelled is None:
         return [None] * len(folders)
     if len(folders) == 1:
+        if Path(unlabelled).is_dir():
+            raise ConfigError(
+                f"{unlabelled} is a folder, but --data is one data set: give its question log file "
+                f"(a folder of <data set folder name>.jsonl logs goes with a --data folder of several data sets)",
+                where="--unlabelled",
+            )
         return [Path(unlabelled)]
     d = Path(unlabelled)
     if not d.is_dir():
@@ -372,6 +401,8 @@ def unlabelled_logs(unlabelled: Path | None, folders: Sequence[Path]) -> list[Pa
             where="--unlabelled",
         )
     logs = [d / f"{f.name}.jsonl" for f in folders]
+    if odd := [p for p in logs if p.exists() and not p.is_file()]:
+        raise ConfigError(f"{odd[0]} is not a regular file (a question log is a JSONL file)", where="--unlabelled")
     if not any(p.is_file() for p in logs):
         raise ConfigError(f"{d} holds no question log named after a data set (e.g. {folders[0].name}.jsonl)", where="--unlabelled")
     return [p if p.is_file() else None for p in logs]
@@ -462,9 +493,11 @@ def train(cfg: PPOConfig) -> PPOResult:
     Raises:
         DataError: the data set is missing or has no training or validation samples.
         CheckpointError: ``--init`` is not a router checkpoint or was trained on another schema;
-            a checkpoint to resume is unreadable or was made with other options.
-        ConfigError: a checkpoint exists but ``--resume`` was not given; several data sets and
-            ``--unlabelled`` is not a folder of their logs.
+            a checkpoint to resume is unreadable, was made with other options, or its data sets
+            changed since (folder names, schema fingerprints or numbers of training questions).
+        ConfigError: ``--out``, ``--checkpoint-dir`` or ``--log-dir`` is, holds or lies inside an
+            input or another output; a checkpoint exists but ``--resume`` was not given;
+            several data sets and ``--unlabelled`` is not a folder of their logs.
     """
     t0 = time.perf_counter()
     if cfg.threads > 0:
@@ -478,6 +511,11 @@ def train(cfg: PPOConfig) -> PPOResult:
     folders = data_set_folders(cfg.data)
     logs = unlabelled_logs(cfg.unlabelled, folders)
     ckpt_dir, log_dir = cfg.checkpoint_path, cfg.log_path
+    refuse_overlap(
+        {"--out": cfg.out, "--checkpoint-dir": ckpt_dir, "--log-dir": log_dir},
+        {"--data": cfg.data, "--init": cfg.init, "--unlabelled": cfg.unlabelled},
+    )
+    remove_stale_temporaries(ckpt_dir.parent)  # a run killed between a save's two renames left the last checkpoint aside
     state: TrainerState | None = None
     if (ckpt_dir / STATE_FILE).exists():
         if not cfg.resume:
@@ -491,8 +529,13 @@ def train(cfg: PPOConfig) -> PPOResult:
             warnings.warn(f"--resume: no checkpoint in {ckpt_dir}, starting from --init {cfg.init}", stacklevel=2)
         model, init_ckpt = RouterModel.from_pretrained(cfg.init)
     parts = [_load_part(cfg, folder, model, init_ckpt, log) for folder, log in zip(folders, logs, strict=True)]
+    require_distinct_names([p.name for p in parts], folders, cfg.data)
     multi = len(parts) > 1
     sizes = [len(p.train_set) for p in parts]
+    identity = [{"folder": p.folder.name, "schema": p.ds.schema.fingerprint(), "train_questions": len(p.train_set)} for p in parts]
+    if state is not None and state.extra.get("parts", identity) != identity:
+        changed = [f"{now['folder']}: saved {saved} vs now {now}" for saved, now in zip(state.extra["parts"], identity) if saved != now]
+        raise CheckpointError(f"--data changed since this checkpoint was saved ({'; '.join(changed)})", where=ckpt_dir)
     metadata = router_metadata(init_ckpt, parts)
 
     # ---- optimizers (separate: actor and critic parameters are disjoint)
@@ -525,7 +568,8 @@ def train(cfg: PPOConfig) -> PPOResult:
                 sft_eval[name] = m
         history = [{"update": 0, "global_step": 0} | route_row(start)]
         start_update, global_step = 0, 0
-        extra = {"start_val_acc": start["full_path_acc"], "best_val_acc": start["full_path_acc"], "best_update": 0, "sft_eval": sft_eval}
+        extra = {"start_val_acc": start["full_path_acc"], "best_val_acc": start["full_path_acc"], "best_update": 0, "sft_eval": sft_eval,
+                 "parts": identity}
     best_state = {k: v.detach().clone() for k, v in model.state_dict().items()} if cfg.keep == "best" and start_update == 0 else None
 
     log_dir.mkdir(parents=True, exist_ok=True)

@@ -63,7 +63,7 @@ from core.cli import parse, run_main
 from core.dataset import BuiltDataset, load_dataset
 from core.errors import ConfigError, DataError
 from core.graph import JoinPath
-from core.io import write_json, write_jsonl
+from core.io import refuse_overlap, write_json, write_jsonl
 from core.samples import Sample
 from router.calibration import expected_calibration_error
 from rewards.router import RewardConfig
@@ -73,7 +73,7 @@ from router.model import PathSpace, RouterModel
 from router.policy import PathDistribution, RouterPolicy
 from router.checkpoint import RouterCheckpointConfig
 from router import sft_resume
-from router.multi_schema import data_set_folders, fit_temperature_pooled, pooled_metrics
+from router.multi_schema import data_set_folders, fit_temperature_pooled, pooled_metrics, require_distinct_names
 from router.sft_data import EncodedSplit, RewardTable, encode_split, lr_lambda, predict_split, split_log_probs
 
 
@@ -440,16 +440,15 @@ def train(cfg: SFTConfig) -> SFTResult:
     _seed_everything(cfg.seed)
     folders = data_set_folders(cfg.data)
     multi = len(folders) > 1 or folders[0] != Path(cfg.data)
-    log_dir = sft_resume.prepare_log_dir(Path(cfg.log_dir) if cfg.log_dir is not None else Path(str(cfg.out) + ".logs"))
+    log_path = Path(cfg.log_dir) if cfg.log_dir is not None else Path(str(cfg.out) + ".logs")
+    refuse_overlap({"--out": cfg.out, "--log-dir": log_path}, {"--data": cfg.data, "--init": cfg.init})
+    log_dir = sft_resume.prepare_log_dir(log_path)
     resume_from = sft_resume.find_epoch_state(log_dir, cfg.to_dict(), cfg.resume)
 
     parts: list[SchemaPart] = []
     for folder in folders:
         parts.append(_load_part(cfg, folder, parts[0].policy.model if parts else None))
-    names = [p.name for p in parts]
-    if len(set(names)) < len(names):
-        dup = next(n for n in names if names.count(n) > 1)
-        raise DataError(f"two data sets have the schema name {dup!r}; one router needs distinct names", where=cfg.data)
+    require_distinct_names([p.name for p in parts], folders, cfg.data)
     policy = parts[0].policy
     model = policy.model
     rewards = [p.reward_table.table for p in parts]

@@ -182,3 +182,31 @@ def test_jsonl_nested_too_deep_or_with_a_lone_surrogate_is_one_line(tmp_path: Pa
         assert "\n" not in str(info.value)
     f.write_text('{"question": "\\ud83c\\udf7a which customers?"}\n', encoding="utf-8")
     assert read_unlabelled(f) == ["🍺 which customers?"]
+
+
+@pytest.mark.parametrize(
+    ("module", "args", "message"),
+    [
+        ("router.train_sft", ["--data", "{data}", "--out", "{data}"], "--out: {data} is --data {data}"),
+        ("router.train_sft", ["--data", "{data}", "--out", "{tmp}/r", "--log-dir", "{data}/logs"], "--log-dir: {data}/logs is inside --data"),
+        ("generator.train_sft", ["--data", "{data}", "--out", "{tmp}"], "--out: {tmp} holds --data {data}"),
+        ("generator.train_grpo", ["--data", "{data}", "--out", "{tmp}/g", "--init", "{tmp}/g/checkpoint-2"], "--out: {tmp}/g holds --init"),
+    ],
+)
+def test_an_output_over_an_input_is_refused_before_anything_is_written(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], module: str, args: list[str], message: str
+) -> None:
+    """Outputs are replaced whole: one pointing at (or around) an input would delete it."""
+    import importlib
+
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "schema.json").write_text("{}")
+    fill = {"data": str(data), "tmp": str(tmp_path)}
+    main = importlib.import_module(module).main
+    with pytest.raises(SystemExit) as exit_info:
+        run_main(lambda: main([a.format(**fill) for a in args]))
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: " + message.format(**fill)), err
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["data", "schema.json"]

@@ -262,6 +262,35 @@ def test_resume_from_a_checkpoint_reaches_the_same_parameters(grpo_run, tmp_path
         torch.testing.assert_close(dict(resumed.model.named_parameters())[n], p, atol=1e-6, rtol=1e-5)
 
 
+class _Planted:
+    """A pickle that would create a file when unpickled."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def __reduce__(self):
+        return (Path.touch, (self.path,))
+
+
+def test_a_planted_or_broken_checkpoint_file_is_refused_without_running_it(grpo_run, tmp_path):
+    from core.errors import CheckpointError
+    from generator.train_grpo import load_training_state
+
+    cfg, _, _ = grpo_run
+    ckpt = tmp_path / "checkpoint-3"
+    shutil.copytree(cfg.out / "checkpoint-3", ckpt)
+    step, opt, _, rng = load_training_state(ckpt, 0, 1)
+    assert step == 3 and "state" in opt and set(rng) >= {"python", "numpy", "torch"}
+    planted = tmp_path / "pwned"
+    torch.save({"state": _Planted(planted)}, ckpt / "optimizer.pt")
+    with pytest.raises(CheckpointError, match=r"checkpoint-3: incomplete or unreadable checkpoint \(UnpicklingError"):
+        load_training_state(ckpt, 0, 1)
+    assert not planted.exists()
+    torch.save([1, 2], ckpt / "optimizer.pt")
+    with pytest.raises(CheckpointError, match=r"wrong kind of object"):
+        load_training_state(ckpt, 0, 1)
+
+
 def test_loss_types_and_dynamic_sampling_run(tiny_model, tiny_data, tmp_path):
     for loss_type, mode, signal in (("grpo", "resample", "total"), ("dr_grpo", "more", "total"),
                                     ("dapo", "resample", "execution")):  # fmt: skip

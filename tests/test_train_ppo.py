@@ -255,3 +255,101 @@ def test_init_for_another_schema_is_refused(tiny_router, tmp_path):
     with pytest.raises(CheckpointError, match=r"trained on 2 schemas \(fingerprints 0{16}, 1{16}\) but was given schema 'shop'"):
         train(tiny_config(tiny_router, tmp_path / "ppo", init=tmp_path / "several"))
     assert meta.schema_fingerprint == load_dataset(tiny_router["data"]).schema.fingerprint()
+
+
+def test_outputs_that_would_replace_an_input_are_refused(tiny_router, tmp_path):
+    data, sft = tiny_router["data"], tiny_router["sft"]
+    before = sorted(p.name for p in data.iterdir())
+    cases = [
+        (dict(out=data), r"--out: .* is --data "),
+        (dict(log_dir=data / "logs"), r"--log-dir: .* is inside --data "),
+        (dict(checkpoint_dir=data.parent), r"--checkpoint-dir: .* holds --data "),
+        (dict(out=sft), r"--out: .* is --init "),
+        (dict(log_dir=tmp_path / "ppo" / "logs"), r"--out: .* holds --log-dir .*one would replace the other"),
+    ]
+    for kw, match in cases:
+        with pytest.raises(ConfigError, match=match):
+            train(tiny_config(tiny_router, **({"out": tmp_path / "ppo"} | kw)))
+    assert sorted(p.name for p in data.iterdir()) == before and not (tmp_path / "ppo").exists()
+
+
+def test_a_checkpoint_moved_aside_by_a_killed_save_is_put_back_on_resume(tiny_router, tmp_path):
+    """Killed between a save's two renames, the last checkpoint sits at .NAME.old-PID; --resume continues it."""
+    kw = dict(actor_lr=1e-3, critic_lr=1e-3, checkpoint_every=1)
+    train(tiny_config(tiny_router, tmp_path / "ppo", stop_after=2, **kw))
+    (tmp_path / "ppo.ckpt").rename(tmp_path / ".ppo.ckpt.old-999999999")  # no such process: the save was killed
+    res = train(tiny_config(tiny_router, tmp_path / "ppo", stop_after=1, resume=True, **kw))
+    assert res.updates_done == 3  # updates 1-2 kept, not restarted from --init
+    assert (tmp_path / "ppo.ckpt" / "trainer_state.pt").exists() and not (tmp_path / ".ppo.ckpt.old-999999999").exists()
+
+
+class _Planted:
+    """A pickle that would create a file when unpickled."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def __reduce__(self):
+        return (Path.touch, (self.path,))
+
+
+def test_a_hostile_or_broken_trainer_state_is_one_checkpoint_error(tiny_router, tmp_path):
+    from router.ppo_checkpoint import load_checkpoint
+
+    train(tiny_config(tiny_router, tmp_path / "ppo", total_updates=2, stop_after=1))
+    ckpt = tmp_path / "ppo.ckpt"
+    state_file, good = ckpt / "trainer_state.pt", (ckpt / "trainer_state.pt").read_bytes()
+    raw = torch.load(state_file, weights_only=False)
+    planted = tmp_path / "pwned"
+    for bad, match in [
+        (raw | {"extra": _Planted(planted)}, r"trainer_state.pt: unreadable trainer state \(UnpicklingError"),
+        (raw | {"history": {"a": 1}}, r"unreadable trainer state \(TypeError: field history is a dict\)"),
+        (raw | {"update": -1}, r"negative update -1"),
+        ([1, 2], r"holds a list, not a dict"),
+        ({k: v for k, v in raw.items() if k != "update"}, r"TypeError"),
+    ]:
+        torch.save(bad, state_file)
+        with pytest.raises(CheckpointError, match=match):
+            load_checkpoint(ckpt)
+    assert not planted.exists()  # the pickle was never run
+    state_file.write_bytes(good[: len(good) // 2])  # truncated by a full disk
+    with pytest.raises(CheckpointError, match=r"trainer_state.pt: unreadable trainer state"):
+        load_checkpoint(ckpt)
+    state_file.write_bytes(good)
+    for text, match in [("[1, 2]", r"config.json: holds a JSON list, not an object"), ("{", r"config.json: unreadable")]:
+        (ckpt / "config.json").write_text(text)
+        with pytest.raises(CheckpointError, match=match):
+            train(tiny_config(tiny_router, tmp_path / "ppo", total_updates=2, resume=True))
+
+
+def test_resume_refuses_a_data_set_changed_since_the_checkpoint(tiny_router, tmp_path):
+    import shutil
+
+    data = tmp_path / "data"
+    shutil.copytree(tiny_router["data"], data)
+    train(tiny_config(tiny_router, tmp_path / "ppo", data=data, total_updates=2, stop_after=1))
+    lines = (data / "samples.jsonl").read_text().splitlines()
+    first_train = next(i for i, x in enumerate(lines) if json.loads(x).get("split") == "train")
+    (data / "samples.jsonl").write_text("\n".join(lines[:first_train] + lines[first_train + 1:]) + "\n")
+    with pytest.raises(CheckpointError, match=r"--data changed since this checkpoint was saved \(data: saved .*'train_questions': (\d+)\} vs now .*'train_questions': (?!\1)"):
+        train(tiny_config(tiny_router, tmp_path / "ppo", data=data, total_updates=2, resume=True))
+
+
+def test_options_must_be_finite_and_in_range(tiny_router, tmp_path):
+    from core.cli import parse
+    from rewards.router import RewardConfig
+
+    for kw, match in [
+        (dict(actor_lr=float("nan")), r"--actor-lr: must be a finite number, got nan"),
+        (dict(max_grad_norm=float("inf")), r"--max-grad-norm: must be a finite number, got inf"),
+        (dict(vf_coef=-0.5), r"--vf-coef: must be >= 0, got -0.5"),
+        (dict(seed=-1), r"--seed: must be >= 0, got -1"),
+        (dict(threads=-2), r"--threads: must be >= 0"),
+        (dict(gamma=1.5), r"--gamma: must be in \[0, 1\]"),
+        (dict(reward=RewardConfig(clip=float("nan"))), r"--reward.clip: must be a finite number"),
+    ]:
+        with pytest.raises(ConfigError, match=match):
+            tiny_config(tiny_router, tmp_path / "x", **kw)
+    base = ["--data", str(tmp_path), "--init", str(tmp_path), "--out", str(tmp_path / "o")]
+    with pytest.raises(SystemExit):  # the command line prints the same message as one line
+        parse(PPOConfig, [*base, "--ent-coef", "nan"])

@@ -138,3 +138,23 @@ def test_unlabelled_logs_are_a_folder_named_by_data_set(two_schemas, tmp_path):
 def test_a_router_of_one_schema_is_refused_for_the_other(two_schemas, tmp_path):
     with pytest.raises(CheckpointError, match=r"sft_shop: router was trained on schema 'shop' .* but was given schema 'school'"):
         train(multi_config(two_schemas, tmp_path / "ppo", init=two_schemas["sft_shop"]))
+
+
+def test_odd_data_and_log_folders_are_named_not_skipped(two_schemas, tmp_path):
+    from core.errors import DataError
+    from router.multi_schema import data_set_folders
+
+    folders = [two_schemas["data"] / "school", two_schemas["data"] / "shop"]
+    with pytest.raises(ConfigError, match=r"--unlabelled: .* is a folder, but --data is one data set: give its question log file"):
+        unlabelled_logs(tmp_path, folders[1:])
+    (tmp_path / "logs" / "shop.jsonl").mkdir(parents=True)
+    with pytest.raises(ConfigError, match=r"logs/shop.jsonl is not a regular file"):
+        unlabelled_logs(tmp_path / "logs", folders)
+    (tmp_path / "sets" / "a" / "schema.json").mkdir(parents=True)
+    with pytest.raises(DataError, match=r"a/schema.json: not a regular file"):
+        data_set_folders(tmp_path / "sets")
+    # the same schema under two folders: one router cannot tell them apart
+    shutil.copytree(two_schemas["data"] / "shop", tmp_path / "twice" / "shop")
+    shutil.copytree(two_schemas["data"] / "shop", tmp_path / "twice" / "shop_copy")
+    with pytest.raises(DataError, match=r"data sets shop and shop_copy have the same schema name 'shop'"):
+        train(multi_config(two_schemas, tmp_path / "ppo", data=tmp_path / "twice"))
