@@ -68,6 +68,10 @@ Metrics (one row per update, TensorBoard and ``metrics.jsonl``):
 - ``rollout/reward/<component>``: mean of each reward component of ``route2sql/SchemaRouting-v1``
   (anchor, via, target, legal, raw_total; ``label_free/<name>`` for the label-free ones, computed on
   every answer; ``labelled``: the share of answers to labelled questions);
+- ``rollout/kl_to_reference`` (with ``--kl-coef``): mean over the rollout of ``log pi(a|q) -
+  log pi_SFT(a|q)``, an estimate of KL(pi || pi_SFT) in nats; ``rollout/objective``: the reward
+  the advantages are computed from, ``reward_mean - kl_coef * kl_to_reference`` (InstructGPT's
+  KL-penalised reward, Ouyang et al. 2022, eq. 2);
 - ``rollout/success_rate``: share of rollout answers to labelled questions equal to the gold path (sampled, not greedy);
 - ``train/approx_kl``: mean over the update's minibatches of ``E[(ratio - 1) - log ratio]``,
   an estimate of KL(old || new) (http://joschu.net/blog/kl-approx.html);
@@ -177,6 +181,8 @@ class PPOConfig:
     """Entropy bonus weight."""
     vf_coef: float = 0.5
     """Value loss weight (only the critic's parameters receive it)."""
+    kl_coef: float = 0.0
+    """Weight of a penalty for moving away from the starting (SFT) router: each answer's reward loses kl_coef times the log-probability ratio of the path under the current and the starting router (0: off)."""
     max_grad_norm: float = 1.0
     """Gradient norm clip, applied to actor and critic separately."""
     eval_every: int = 1
@@ -223,7 +229,7 @@ class PPOConfig:
         for where, value in _float_options(self):
             if not math.isfinite(value):
                 raise ConfigError(f"must be a finite number, got {value}", where=where)
-        for name in ("max_grad_norm", "vf_coef", "ent_coef", "threads", "seed", "stop_after", "max_train_samples"):
+        for name in ("max_grad_norm", "vf_coef", "ent_coef", "kl_coef", "threads", "seed", "stop_after", "max_train_samples"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"must be >= 0, got {getattr(self, name)}", where=f"--{name.replace('_', '-')}")
         for name in ("gamma", "gae_lambda"):
@@ -322,8 +328,11 @@ def route_row(m: dict[str, Any]) -> dict[str, float]:
 
 
 def _check_resumable(saved: dict[str, Any], cfg: PPOConfig, where: Path) -> None:
+    """Raise CheckpointError naming every option that differs from the saved run's; an option the
+    saved run did not have yet (added since) counts as its default."""
     now = cfg.to_dict()
-    diff = [k for k in now if k not in RESUME_FREE and saved.get(k) != now[k]]
+    defaults = {f.name: f.default for f in fields(PPOConfig)}
+    diff = [k for k in now if k not in RESUME_FREE and saved.get(k, defaults.get(k)) != now[k]]
     if diff:
         pairs = ", ".join(f"{k}: saved {saved.get(k)!r} vs now {now[k]!r}" for k in diff)
         raise CheckpointError(f"cannot resume with different options ({pairs})", where=where)
@@ -462,6 +471,20 @@ def _load_part(cfg: PPOConfig, folder: Path, model: RouterModel, init_ckpt: Rout
     return PPOPart(Path(folder), ds, samples_file, policy, rewards_table, train_set, val_set, envs, buffer)
 
 
+def reference_policies(init: Path, parts: Sequence[PPOPart]) -> list[RouterPolicy]:
+    """Frozen copies of the starting router ``init`` over each part's schema: pi_ref of the KL
+    penalty (``--kl-coef``). Loaded from ``init`` even on ``--resume``, so the penalty keeps
+    measuring the distance from the SFT router, not from the last checkpoint."""
+    ref_model, _ = RouterModel.from_pretrained(init)
+    ref_model.requires_grad_(False)
+    refs = []
+    for p in parts:
+        ref = RouterPolicy(ref_model, p.policy.space)
+        ref.eval()
+        refs.append(ref)
+    return refs
+
+
 def evaluate_parts(parts: Sequence[PPOPart], name: str, reward: RewardConfig) -> dict[str, Any] | None:
     """Greedy routing metrics of split ``name``: :func:`evaluate_split` for one part; for several,
     the parts pooled with ``by_schema`` (:func:`router.multi_schema.pooled_metrics`). None when no
@@ -537,6 +560,7 @@ def train(cfg: PPOConfig) -> PPOResult:
         changed = [f"{now['folder']}: saved {saved} vs now {now}" for saved, now in zip(state.extra["parts"], identity) if saved != now]
         raise CheckpointError(f"--data changed since this checkpoint was saved ({'; '.join(changed)})", where=ckpt_dir)
     metadata = router_metadata(init_ckpt, parts)
+    references = reference_policies(cfg.init, parts) if cfg.kl_coef > 0 else None
 
     # ---- optimizers (separate: actor and critic parameters are disjoint)
     actor_params, critic_params = parts[0].policy.actor_parameters(), parts[0].policy.critic_parameters()
@@ -599,19 +623,25 @@ def train(cfg: PPOConfig) -> PPOResult:
         # ---- 1. rollout: n_steps x n_envs one-question episodes
         buffer.reset()
         comp_sum: Counter[str] = Counter()
-        successes, n_labelled = 0, 0
+        successes, n_labelled, kl_sum = 0, 0, 0.0
         for _ in range(cfg.n_steps):
             index = np.asarray(info["sample_index"])
             with torch.no_grad():
-                actions, values, log_probs = policy(policy_batch(obs, index, train_set))
+                batch = policy_batch(obs, index, train_set)
+                actions, values, log_probs = policy(batch)
+                # k1 estimate of KL(pi || pi_ref) per answer: log pi(a|q) - log pi_ref(a|q)
+                kl = None if references is None else log_probs - references[part_index].distribution(batch).log_prob_of(actions)
             next_obs, rewards, terminated, truncated, next_info = part.envs.step(actions.numpy())
+            comp_sum["reward"] += float(np.sum(rewards))
+            if kl is not None:  # r - beta * KL: InstructGPT (Ouyang et al. 2022, eq. 2), TRL's PPO kl_coef
+                kl_sum += float(kl.sum())
+                rewards = rewards - cfg.kl_coef * kl.numpy()
             buffer.add({**{k: obs[k] for k in OBS_KEYS}, "sample_index": index}, actions.numpy(), rewards,
                        terminated | truncated, values.numpy(), log_probs.numpy())  # fmt: skip
             final = next_info["final_info"]
             for k, v in final["reward_components"].items():
                 if not k.startswith("_"):
                     comp_sum[k] += float(np.sum(v))
-            comp_sum["reward"] += float(np.sum(rewards))
             successes += int(np.sum(final["is_success"]))
             n_labelled += int(np.sum(final["labelled"]))
             obs, info = next_obs, next_info
@@ -679,6 +709,9 @@ def train(cfg: PPOConfig) -> PPOResult:
             if k != "reward":
                 row[f"rollout/reward/{k}"] = comp_sum[k] / n_rollout
         row["rollout/success_rate"] = successes / n_labelled if n_labelled else float("nan")
+        if references is not None:
+            row["rollout/kl_to_reference"] = kl_sum / n_rollout
+            row["rollout/objective"] = row["rollout/reward_mean"] - cfg.kl_coef * row["rollout/kl_to_reference"]
         for k in ("approx_kl", "clip_fraction", "policy_gradient_loss", "value_loss", "entropy_loss"):
             row[f"train/{k}"] = stats[k] / n_mb if n_mb else float("nan")
         if kl_stop and n_mb == 0:

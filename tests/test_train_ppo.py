@@ -154,6 +154,16 @@ def test_resume_equals_straight_run(tiny_router, tmp_path):
     _assert_same_run(tmp_path / "straight", tmp_path / "resumed")
 
 
+def test_resume_with_the_kl_penalty_equals_straight_run(tiny_router, tmp_path):
+    """The penalty's reference is the --init router on resume too, not the checkpoint's weights."""
+    kw = dict(actor_lr=1e-3, critic_lr=1e-3, checkpoint_every=1, kl_coef=1.0)
+    train(tiny_config(tiny_router, tmp_path / "straight", **kw))
+    train(tiny_config(tiny_router, tmp_path / "resumed", stop_after=2, **kw))
+    train(tiny_config(tiny_router, tmp_path / "resumed", resume=True, **kw))
+    _assert_same_run(tmp_path / "straight", tmp_path / "resumed")
+    assert abs(_rows(tmp_path / "resumed")[-1]["rollout/kl_to_reference"]) > 1e-4  # the penalty was paid (a sampled estimate: either sign)
+
+
 def test_a_checkpoint_saved_before_several_schemas_resumes(tiny_router, tmp_path):
     """Checkpoints once held one data set's env states as flat lists; they resume to the same run."""
     kw = dict(actor_lr=1e-3, critic_lr=1e-3, checkpoint_every=1)
@@ -353,3 +363,38 @@ def test_options_must_be_finite_and_in_range(tiny_router, tmp_path):
     base = ["--data", str(tmp_path), "--init", str(tmp_path), "--out", str(tmp_path / "o")]
     with pytest.raises(SystemExit):  # the command line prints the same message as one line
         parse(PPOConfig, [*base, "--ent-coef", "nan"])
+
+
+def _mean_kl_to_start(out: Path, paths: dict[str, Path]) -> float:
+    """Exact KL(pi || pi_SFT) over legal paths, averaged over the validation questions (nats)."""
+    from data_pipeline import load_dataset
+    from rewards.router import RewardConfig
+    from router.model import PathSpace
+    from router.sft_data import RewardTable, encode_split
+
+    ds = load_dataset(paths["data"])
+    policies = []
+    for folder in (out, paths["sft"]):
+        model, _ = RouterModel.from_pretrained(folder)
+        policy = RouterPolicy(model, PathSpace(ds.graph, ds.values))
+        policy.eval()
+        policies.append(policy)
+    split = encode_split(policies[0], ds.split("validation"), RewardTable(policies[0].space, RewardConfig()), "samples.jsonl")
+    with torch.no_grad():
+        batch = split.batch(range(len(split)))
+        lp, lq = (p.distribution(batch).log_prob for p in policies)
+        kls = (lp.exp() * (lp - lq)).sum(-1)
+    return float(kls.mean())
+
+
+def test_the_kl_penalty_holds_the_router_near_its_sft_start(tiny_router, tmp_path):
+    kw = dict(actor_lr=3e-3, critic_lr=1e-3, total_updates=6, anneal_lr=False, eval_splits=("validation",))
+    free = train(tiny_config(tiny_router, tmp_path / "free", **kw))
+    held = train(tiny_config(tiny_router, tmp_path / "held", kl_coef=2.0, **kw))
+    rows = held.history[1:]
+    assert rows[0]["rollout/kl_to_reference"] == pytest.approx(0.0, abs=1e-5)  # the first rollout's policy is the SFT router
+    assert abs(rows[-1]["rollout/kl_to_reference"]) > 1e-4  # moved: a sampled estimate, either sign
+    for r in rows:
+        assert r["rollout/objective"] == pytest.approx(r["rollout/reward_mean"] - 2.0 * r["rollout/kl_to_reference"])
+    assert "rollout/kl_to_reference" not in free.history[1]
+    assert _mean_kl_to_start(tmp_path / "held", tiny_router) < 0.5 * _mean_kl_to_start(tmp_path / "free", tiny_router)
