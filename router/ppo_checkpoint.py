@@ -30,7 +30,6 @@ CONFIG_FILE = "config.json"
 MODEL_DIR = "model"
 
 
-
 @dataclass
 class TrainerState:
     """What a resumed run needs besides the weights.
