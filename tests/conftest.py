@@ -29,6 +29,16 @@ INSERT INTO "order items" VALUES (1,1,1,2),(2,1,2,1),(3,2,3,5),(4,3,2,2),(5,4,1,
 """
 
 
+class PlantedPickle:
+    """A pickle that creates ``path`` when unpickled: checkpoint loaders must refuse it without running it."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def __reduce__(self):
+        return (Path.touch, (self.path,))
+
+
 def make_tiny_shop(path: Path) -> Path:
     """Create the tiny shop database at ``path`` (6 tables, 5 foreign keys, a table name with a space)."""
     conn = sqlite3.connect(path)

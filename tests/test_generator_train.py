@@ -262,17 +262,8 @@ def test_resume_from_a_checkpoint_reaches_the_same_parameters(grpo_run, tmp_path
         torch.testing.assert_close(dict(resumed.model.named_parameters())[n], p, atol=1e-6, rtol=1e-5)
 
 
-class _Planted:
-    """A pickle that would create a file when unpickled."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-
-    def __reduce__(self):
-        return (Path.touch, (self.path,))
-
-
 def test_a_planted_or_broken_checkpoint_file_is_refused_without_running_it(grpo_run, tmp_path):
+    from conftest import PlantedPickle
     from core.errors import CheckpointError
     from generator.train_grpo import load_training_state
 
@@ -282,7 +273,7 @@ def test_a_planted_or_broken_checkpoint_file_is_refused_without_running_it(grpo_
     step, opt, _, rng = load_training_state(ckpt, 0, 1)
     assert step == 3 and "state" in opt and set(rng) >= {"python", "numpy", "torch"}
     planted = tmp_path / "pwned"
-    torch.save({"state": _Planted(planted)}, ckpt / "optimizer.pt")
+    torch.save({"state": PlantedPickle(planted)}, ckpt / "optimizer.pt")
     with pytest.raises(CheckpointError, match=r"checkpoint-3: incomplete or unreadable checkpoint \(UnpicklingError"):
         load_training_state(ckpt, 0, 1)
     assert not planted.exists()

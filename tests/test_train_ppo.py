@@ -293,17 +293,8 @@ def test_a_checkpoint_moved_aside_by_a_killed_save_is_put_back_on_resume(tiny_ro
     assert (tmp_path / "ppo.ckpt" / "trainer_state.pt").exists() and not (tmp_path / ".ppo.ckpt.old-999999999").exists()
 
 
-class _Planted:
-    """A pickle that would create a file when unpickled."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-
-    def __reduce__(self):
-        return (Path.touch, (self.path,))
-
-
 def test_a_hostile_or_broken_trainer_state_is_one_checkpoint_error(tiny_router, tmp_path):
+    from conftest import PlantedPickle
     from router.ppo_checkpoint import load_checkpoint
 
     train(tiny_config(tiny_router, tmp_path / "ppo", total_updates=2, stop_after=1))
@@ -312,7 +303,7 @@ def test_a_hostile_or_broken_trainer_state_is_one_checkpoint_error(tiny_router, 
     raw = torch.load(state_file, weights_only=False)
     planted = tmp_path / "pwned"
     for bad, match in [
-        (raw | {"extra": _Planted(planted)}, r"trainer_state.pt: unreadable trainer state \(UnpicklingError"),
+        (raw | {"extra": PlantedPickle(planted)}, r"trainer_state.pt: unreadable trainer state \(UnpicklingError"),
         (raw | {"history": {"a": 1}}, r"unreadable trainer state \(TypeError: field history is a dict\)"),
         (raw | {"update": -1}, r"negative update -1"),
         ([1, 2], r"holds a list, not a dict"),
