@@ -195,10 +195,14 @@ _ZH_SYNONYMS: tuple[tuple[str, tuple[str, ...]], ...] = (
 )
 
 
+_ZH_IMPERATIVE = re.compile(r"^(列出|列举|显示|展示|给出|提供|查|找出|筛选|统计|计算|汇总|算一下|告诉我|请给出|检索)")
+"""A request, not a question: 请问 / 我想知道 / 能否告诉我 cannot go in front ("我想知道列出..." is not Chinese)."""
+
+
 def _zh_prefix(text: str, rng: random.Random) -> str | None:
     if text.startswith(("请问", "帮我", "我想", "麻烦", "能否")):
         return None
-    prefix = rng.choice(_ZH_PREFIXES)
+    prefix = rng.choice([p for p in _ZH_PREFIXES if p.endswith("，")] if _ZH_IMPERATIVE.match(text) else _ZH_PREFIXES)
     body = re.sub(r"^(查询|查一下|告诉我|请给出)", "", text) if "查" in prefix or "告诉" in prefix else text
     return prefix + body
 

@@ -374,6 +374,24 @@ def _noun(table: Table, language: str, noun_index: int) -> tuple[str, str]:
     return (singles[0], plural(singles[0])) if singles else usual
 
 
+def _target_column_words(table: Table, column: str, language: str, short: bool) -> str:
+    """Words for a column of the target: :func:`~data_pipeline.templates.column_words`, or with
+    ``short`` in Chinese without the table's name in front, as people write it once the table is
+    clear ("Federal Shipping 的电话", not "的承运商电话"; the sidecar names the column 承运商电话).
+
+    >>> from core.schema import Column
+    >>> t = Table("Shippers", (Column("Phone", zh="承运商电话"), Column("Name", zh="名称")), zh="承运商")
+    >>> [_target_column_words(t, c, "zh", short) for c in ("Phone", "Name") for short in (True, False)]
+    ['电话', '承运商电话', '名称', '名称']
+    >>> _target_column_words(t, "Phone", "en", True)
+    'phone'
+    """
+    text = column_words(table.column(column), language)
+    if short and language == "zh" and table.zh and text.startswith(table.zh) and len(text) - len(table.zh) >= 2:
+        return text[len(table.zh) :]
+    return text
+
+
 def words_for(
     plan: Plan, path: JoinPath, schema: Schema, language: str, style: str = "classic", verb_index: int = 0,
     noun_index: int = 0,
@@ -386,10 +404,11 @@ def words_for(
     a_sg, a_pl = table_words(a, language)
     t_sg, t_pl = _noun(t, language, noun_index)
     words = {"a": a_sg, "a_pl": a_pl, "t": t_sg, "t_pl": t_pl, "acol": column_words(a.column(plan.entity_column), language)}
+    short = style != "classic" and noun_index % 3 != 0  # two thirds of the natural phrasings
     if plan.ask_column:
-        words["tcol"] = column_words(t.column(plan.ask_column), language)
+        words["tcol"] = _target_column_words(t, plan.ask_column, language, short)
     if plan.num_column:
-        words["ncol"] = column_words(t.column(plan.num_column), language)
+        words["ncol"] = _target_column_words(t, plan.num_column, language, short)
     if plan.agg in AGG_WORDS[language]:
         words["agg"] = AGG_WORDS[language][plan.agg]
     verbs = _style_verbs(style, a, t)
@@ -650,6 +669,14 @@ def render(text: str, words: dict[str, str], language: str) -> str:
     return out[0].upper() + out[1:] if language == "en" and out and out[0].islower() else out
 
 
+def _counts_one_named_row(plan: Plan, path: JoinPath, ctx: StageContext) -> bool:
+    """True for a single-table count, aggregate or filter whose filter is the row's own name
+    rather than a category ("Count the products whose product name is Konbu", "the total unit
+    price of products named Maxilaku"): nobody asks that of one named row, so
+    :func:`seed_questions` gives those seeds to lookups ("How much does Konbu cost?")."""
+    return plan.family != "lookup" and plan.entity_column not in ctx.profiles[path.anchor].categories
+
+
 def seed_questions(samples: list[Sample], ctx: StageContext) -> list[Sample]:
     """Stage 1: ``ctx.seeds_for(path)`` seed questions for every path in ``ctx.paths`` (input ignored).
 
@@ -669,6 +696,8 @@ def seed_questions(samples: list[Sample], ctx: StageContext) -> list[Sample]:
             plan = plan_question(family, path, ctx, rng)
             if plan is not None:
                 plans[family] = plan
+        if scope == "self" and "lookup" in plans:
+            plans = {f: p for f, p in plans.items() if not _counts_one_named_row(p, path, ctx)}
         families = list(plans)
         rng.shuffle(families)
         if "agg" in plans and plans["agg"].agg == "SUM" and measure_kind(ctx.schema, path.target, plans["agg"].num_column):
