@@ -18,8 +18,9 @@ The generator writes SQL only (no reasoning), from the routed tables in compact 
 database values the question names, and its FROM ... JOIN clause is forced to the path
 (route-constrained decoding); its column references are repaired before each query runs
 (generator.repair). ``python -m generator.ask --router OUT/router_ppo --generator
-OUT/generator "question"`` then answers questions with the trained chain. Budgets and measured
-wall times are in the options below and docs/results/e2e.md.
+OUT/generator "question"`` then answers questions with the trained chain. The budgets are the
+options below; measured wall times are in the project's docs/results/e2e.md (about 15 minutes
+on 2 idle cores).
 """
 
 from __future__ import annotations
