@@ -19,8 +19,9 @@ The chain the project is about, for one question at a time or a file of them:
 ``--file`` reads one JSON object per line with a ``question`` (other fields are kept: ``id``);
 ``--out`` gets one object per line with ``question``, ``path`` (``{anchor, via, target}``),
 ``confidence``, ``uncertain``, ``alternatives``, ``values``, ``sql``, ``repairs``, ``columns``, ``rows``
-(a list of lists, at most ``--max-rows``) and ``error`` (None, or a one-line reason: no SQL written, the
-query was refused, failed or timed out).
+(a list of lists, at most ``--max-rows``), ``truncated`` (the query returned more rows than that)
+and ``error`` (None, or a one-line reason: no SQL written, the query was refused, failed or timed
+out).
 
 In Python: ``AskPipeline.from_pretrained(router_dir, generator_dir).ask("...")``.
 """
@@ -72,6 +73,7 @@ class Answer:
         sql: the generated query (None when the generator wrote none).
         columns: result column names (None unless the query ran).
         rows: the first result rows, each a list (``[]`` unless the query ran).
+        truncated: the query returned more rows than ``rows`` holds (``max_rows`` were kept).
         error: None, or a one-line reason the question got no rows.
         candidates: queries considered (1, or ``samples`` with self-consistency).
         repairs: the column references :func:`generator.repair.repair_sql` changed in ``sql``
@@ -87,6 +89,7 @@ class Answer:
     sql: str | None = None
     columns: list[str] | None = None
     rows: list[list[Any]] = field(default_factory=list)
+    truncated: bool = False
     error: str | None = None
     candidates: int = 1
     repairs: list[str] = field(default_factory=list)
@@ -102,6 +105,7 @@ class Answer:
             "sql": self.sql,
             "columns": self.columns,
             "rows": [[_jsonable(v) for v in r] for r in self.rows],
+            "truncated": self.truncated,
             "error": self.error,
             "candidates": self.candidates,
             "repairs": self.repairs,
@@ -289,6 +293,7 @@ class AskPipeline:
             return
         answer.columns = list(res.columns or [])
         answer.rows = [list(r) for r in (res.rows or [])[: self.max_rows]]
+        answer.truncated = bool(res.truncated) or len(res.rows or []) > self.max_rows
 
 
 # --------------------------------------------------------------------------- command line
@@ -368,12 +373,18 @@ def _print(answer: Answer) -> None:
         print(f"error: {answer.error}")
         return
     print(" | ".join(answer.columns or []))
-    if not answer.rows:
-        print("(0 rows)")
     for r in answer.rows[:SHOWN_ROWS]:
         print(" | ".join(str(v) for v in r))
-    if len(answer.rows) > SHOWN_ROWS:
-        print(f"... {len(answer.rows)} rows")
+    print(_rows_line(answer))
+
+
+def _rows_line(answer: Answer) -> str:
+    """How many of the rows were shown, e.g. ``(10 of 11 rows shown)``; with a capped result,
+    ``(10 of the first 100 rows shown; the query returned more)``."""
+    shown = min(len(answer.rows), SHOWN_ROWS)
+    if answer.truncated:
+        return f"({shown} of the first {len(answer.rows)} rows shown; the query returned more)"
+    return f"({shown} of {len(answer.rows)} rows shown)" if len(answer.rows) > SHOWN_ROWS else f"({len(answer.rows)} rows)"
 
 
 def main(argv: Sequence[str] | None = None) -> list[Answer]:

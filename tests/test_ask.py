@@ -87,6 +87,17 @@ def test_vote_by_result_set() -> None:
     assert vote([_ok([(5,)]), _ok([(6,)])]) == 0
 
 
+def test_the_rows_line_says_how_many_rows_were_shown_of_how_many() -> None:
+    from generator.ask import Answer, _rows_line
+
+    assert _rows_line(Answer("q", rows=[[i] for i in range(11)])) == "(10 of 11 rows shown)"
+    assert _rows_line(Answer("q", rows=[[1], [2]])) == "(2 rows)"
+    assert _rows_line(Answer("q")) == "(0 rows)"
+    capped = Answer("q", rows=[[i] for i in range(100)], truncated=True)
+    assert _rows_line(capped) == "(10 of the first 100 rows shown; the query returned more)"
+    assert capped.to_dict()["truncated"] is True
+
+
 QUESTION = "which categories does the supplier Nordic Fish AS supply"
 GOLD = JoinPath("suppliers", ("products",), "categories")
 
