@@ -26,6 +26,13 @@ to the referenced table), not dates, not longer than ``max_value_chars`` on aver
 countries, each value is also found by its other names in English and Chinese
 (:mod:`core.value_aliases`, from the ISO 3166 database), and the match gives the stored value.
 
+A lookup keeps the longest reading of each part of the question (:meth:`ValueIndex.lookup`): a
+value found inside a longer exact mention of another value is dropped ("Pavlova" the product
+inside "Pavlova, Ltd." the supplier), a first and a last name of one table side by side make
+one mention ("Frank Harris": the album "Frank" is not meant), and a column that copies the
+identifying column of a table it references gives way to that column (Northwind's
+``Orders.ShipName`` holds the customers' company names: "Ernst Handel" is a customer).
+
 >>> idx = ValueIndex.from_values({("Products", "ProductName"): ["Tunnbröd", "Mishi Kobe Niku", "Chai"],
 ...                               ("Customers", "CompanyName"): ["Around the Horn", "Wartian Herkku"],
 ...                               ("Customers", "Country"): ["UK", "Germany"]})
@@ -311,17 +318,25 @@ class ValueIndex:
         schema_words: folded words of the schema's table and column names ("products",
             "order"): a question word that is one is taken as it is, never as a typo or a
             shortening of a value ("products" is no typo of "Produce").
+        copies: ``{(table, column): (ref_table, ref_column)}``: columns that copy the
+            identifying column of a table they reference (:func:`identifying_copies`); a match
+            there gives way to the same mention in the source column.
 
     Build one with :meth:`build` (from a backend) or :meth:`from_values`; save and load it with
     :meth:`save` / :meth:`load` (one JSON file, :data:`VALUE_INDEX_FILE`).
     """
 
     def __init__(
-        self, columns: Sequence[IndexedColumn], config: ValueIndexConfig | None = None, schema_words: Iterable[str] = ()
+        self,
+        columns: Sequence[IndexedColumn],
+        config: ValueIndexConfig | None = None,
+        schema_words: Iterable[str] = (),
+        copies: Mapping[tuple[str, str], tuple[str, str]] | None = None,
     ):
         self.columns = tuple(columns)
         self.config = config or ValueIndexConfig()
         self.schema_words = frozenset(schema_words)
+        self.copies = dict(copies or {})
         self._entries: list[_Entry] = []
         self._codes: dict[str, list[int]] = defaultdict(list)  # "UK", "OR": matched case-sensitively as whole words
         postings: dict[str, list[int]] = defaultdict(list)
@@ -374,16 +389,20 @@ class ValueIndex:
 
     @classmethod
     def from_values(
-        cls, values: Mapping[tuple[str, str], Iterable[Any]], config: ValueIndexConfig | None = None
+        cls,
+        values: Mapping[tuple[str, str], Iterable[Any]],
+        config: ValueIndexConfig | None = None,
+        copies: Mapping[tuple[str, str], tuple[str, str]] | None = None,
     ) -> ValueIndex:
-        """An index of ``{(table, column): values}`` (non-text values are skipped, duplicates dropped)."""
+        """An index of ``{(table, column): values}`` (non-text values are skipped, duplicates
+        dropped); ``copies`` as in the class docstring."""
         cfg = config or ValueIndexConfig()
         cols = []
         for (table, column), vals in values.items():
             kept = sorted({v for v in vals if isinstance(v, str) and v.strip() and _is_utf8(v)})
             cols.append(IndexedColumn(table, column, tuple(kept[: cfg.max_values_per_column]), len(kept),
                                       len(kept) > cfg.max_values_per_column))  # fmt: skip
-        return cls(cols, cfg)
+        return cls(cols, cfg, copies=copies)
 
     @classmethod
     def build(cls, backend: Any, schema: Schema, config: ValueIndexConfig | None = None) -> tuple[ValueIndex, list[str]]:
@@ -432,7 +451,7 @@ class ValueIndex:
                 cols.append(IndexedColumn(table.name, col.name, tuple(vals), len(vals) if not capped else len(raw), capped))
         if not cols:
             notes.append("value index: no text column to index; questions are linked by table and column words only")
-        return cls(cols, cfg, schema_words_of(schema)), notes
+        return cls(cols, cfg, schema_words_of(schema), identifying_copies(cols, schema)), notes
 
     # ------------------------------------------------------------------ lookup
 
@@ -490,7 +509,9 @@ class ValueIndex:
         ``config.min_score``, its found words lie close together in the question, and it is not
         found by stop words alone. Short Latin values (3 characters or fewer) match only as a
         whole word, and upper-case codes (``UK``, ``WA``, ``OR``) only in the case they are
-        stored in (``OR`` the region, not "or").
+        stored in (``OR`` the region, not "or"). A reading that a longer or more specific one
+        shadows is left out (:meth:`_longest_readings`; the module docstring's examples). An
+        index saved before copies were recorded loads without them.
         """
         if not self._entries or not isinstance(question, str) or not question.strip():
             return []
@@ -568,7 +589,31 @@ class ValueIndex:
         best: dict[tuple[str, str, str], ValueMatch] = {}  # a value found by several of its names counts once
         for m in matches:
             best.setdefault((m.table, m.column, m.value), m)
-        return list(best.values())[: self.config.max_matches]
+        return self._longest_readings(list(best.values()), question)[: self.config.max_matches]
+
+    def _longest_readings(self, matches: list[ValueMatch], question: str) -> list[ValueMatch]:
+        """``matches`` without the readings a longer or more specific one shadows (order kept):
+
+        - a match whose span lies inside the longer span of a full, exact match of another value,
+          or of a full name (:func:`_full_names`) it is not part of;
+        - a match in a copy column (:attr:`copies`) when its source column matched the same span,
+          unless the question names the copy column ("orders whose ship name is Ernst Handel").
+        """
+        full = [m for m in matches if m.exact and m.score >= 0.999]
+        spans: list[tuple[int, int, tuple[ValueMatch, ...]]] = [(m.start, m.end, (m,)) for m in full]
+        spans += _full_names(full, question)
+        at = {(m.table, m.column, m.start, m.end) for m in matches}
+        kept = []
+        for m in matches:
+            inside = any(
+                a <= m.start and m.end <= b and b - a > m.end - m.start and not any(m is p for p in parts)
+                for a, b, parts in spans
+            )
+            source = self.copies.get((m.table, m.column))
+            copied = source is not None and (*source, m.start, m.end) in at and not _names_column(question, m.column)
+            if not (inside or copied):
+                kept.append(m)
+        return kept
 
     def table_scores(self, question: str, tables: Sequence[str]) -> list[tuple[float, float]]:
         """Per table of ``tables``: ``(best score, best score shared out)`` of the values it holds
@@ -597,6 +642,7 @@ class ValueIndex:
             "version": INDEX_VERSION,
             "config": asdict(self.config),
             "schema_words": sorted(self.schema_words),
+            "copies": sorted([*k, *v] for k, v in self.copies.items()),
             "columns": [
                 {"table": c.table, "column": c.column, "distinct": c.distinct, "capped": c.capped, "values": list(c.values)}
                 for c in self.columns
@@ -617,9 +663,10 @@ class ValueIndex:
                 IndexedColumn(str(c["table"]), str(c["column"]), tuple(str(v) for v in c["values"]), int(c["distinct"]), bool(c.get("capped")))
                 for c in d["columns"]
             ]
+            copies = {(str(t), str(c)): (str(rt), str(rc)) for t, c, rt, rc in d.get("copies", ())}
         except (KeyError, TypeError, ValueError) as exc:
             raise DataError(f"malformed value index ({exc})", where=where) from exc
-        return cls(cols, cfg, (str(w) for w in d.get("schema_words", ())))
+        return cls(cols, cfg, (str(w) for w in d.get("schema_words", ())), copies)
 
     def save(self, path: str | Path) -> Path:
         """Write the index as JSON (atomically); returns the path."""
@@ -664,13 +711,71 @@ def schema_words_of(schema: Schema) -> frozenset[str]:
     return frozenset(out)
 
 
-def copy_columns(index: ValueIndex, schema: Schema, min_overlap: float = 0.8, min_values: int = 5) -> frozenset[tuple[str, str]]:
-    """Columns whose values copy a column of a table they reference by a foreign key.
+_NAME_PART = re.compile(r"name|姓|名", re.IGNORECASE)
+_NAME_GAP = re.compile(r"[\s·・.]{0,2}")
+
+
+def _full_names(full: Sequence[ValueMatch], question: str) -> list[tuple[int, int, tuple[ValueMatch, ...]]]:
+    """Spans where two exact matches of one table's name columns (``FirstName``, ``LastName``;
+    姓, 名) stand side by side, with the two matches: "Frank Harris" is one customer's name."""
+    out = []
+    for a in full:
+        for b in full:
+            if (a.table == b.table and a.column != b.column and a.end <= b.start
+                    and _NAME_PART.search(a.column) and _NAME_PART.search(b.column)
+                    and _NAME_GAP.fullmatch(question[a.end : b.start])):  # fmt: skip
+                out.append((a.start, b.end, (a, b)))
+    return out
+
+
+def _names_column(question: str, column: str) -> bool:
+    """True when every word of ``column``'s name (3 letters or more) is a word of ``question``
+    ("ship name" for ``ShipName``).
+
+    >>> _names_column("orders whose ship name is Ernst Handel", "ShipName"), _names_column("orders of Ernst Handel", "ShipName")
+    (True, False)
+    """
+    from core.schema import humanize
+
+    wanted = [w for w in _LATIN_WORD.findall(normalize(humanize(column))[0]) if len(w) >= 3]
+    have = set(_LATIN_WORD.findall(normalize(question)[0]))
+    return bool(wanted) and all(w in have for w in wanted)
+
+
+def copy_sources(
+    columns: Sequence[IndexedColumn], schema: Schema, min_overlap: float = 0.8, min_values: int = 5
+) -> dict[tuple[str, str], tuple[str, str]]:
+    """Columns whose values copy a column of a table they reference by a foreign key, with that column.
 
     A column of table A is a copy when A has a foreign key to table B and at least
     ``min_overlap`` of its (``min_values`` or more) distinct values are values of one column
-    of B: Northwind's ``Orders.ShipName`` copies ``Customers.CompanyName``. No one names an
-    order by its ship name, so question generation does not.
+    of B: Northwind's ``Orders.ShipName`` copies ``Customers.CompanyName``.
+
+    Returns:
+        ``{(table, column): (ref_table, ref_column)}`` (the first such column of B, in index order).
+    """
+    refs: dict[str, list[str]] = defaultdict(list)
+    for fk in schema.foreign_keys:
+        if fk.table != fk.ref_table and fk.ref_table not in refs[fk.table]:
+            refs[fk.table].append(fk.ref_table)
+    by_table: dict[str, list[IndexedColumn]] = defaultdict(list)
+    for c in columns:
+        by_table[c.table].append(c)
+    out: dict[tuple[str, str], tuple[str, str]] = {}
+    for c in columns:
+        mine = {v.casefold() for v in c.values}
+        if len(mine) < min_values:
+            continue
+        for other_table in refs.get(c.table, ()):
+            for o in by_table.get(other_table, ()):
+                if (c.table, c.column) not in out and len(mine & {v.casefold() for v in o.values}) >= min_overlap * len(mine):
+                    out[(c.table, c.column)] = (o.table, o.column)
+    return out
+
+
+def copy_columns(index: ValueIndex, schema: Schema, min_overlap: float = 0.8, min_values: int = 5) -> frozenset[tuple[str, str]]:
+    """The ``(table, column)`` keys of :func:`copy_sources`. No one names an order by its ship
+    name, so question generation does not.
 
     >>> from core.schema import Schema, Table, Column, ForeignKey
     >>> s = Schema("s", (Table("c", (Column("id", primary_key=True), Column("name", "TEXT"))),
@@ -680,24 +785,23 @@ def copy_columns(index: ValueIndex, schema: Schema, min_overlap: float = 0.8, mi
     >>> sorted(copy_columns(ValueIndex.from_values({("c", "name"): names, ("o", "ship_name"): names[:5]}), s))
     [('o', 'ship_name')]
     """
-    refs: dict[str, set[str]] = defaultdict(set)
-    for fk in schema.foreign_keys:
-        if fk.table != fk.ref_table:
-            refs[fk.table].add(fk.ref_table)
-    by_table: dict[str, list[IndexedColumn]] = defaultdict(list)
-    for c in index.columns:
-        by_table[c.table].append(c)
-    out: set[tuple[str, str]] = set()
-    for c in index.columns:
-        mine = {v.casefold() for v in c.values}
-        if len(mine) < min_values:
-            continue
-        for other_table in refs.get(c.table, ()):
-            for o in by_table.get(other_table, ()):
-                theirs = {v.casefold() for v in o.values}
-                if len(mine & theirs) >= min_overlap * len(mine):
-                    out.add((c.table, c.column))
-    return frozenset(out)
+    return frozenset(copy_sources(index.columns, schema, min_overlap, min_values))
+
+
+def identifying_copies(columns: Sequence[IndexedColumn], schema: Schema) -> dict[tuple[str, str], tuple[str, str]]:
+    """The copies (:func:`copy_sources`) of a name that identifies the rows of its table: a
+    column named like a name (``CompanyName``, 名称) with one distinct value per row or nearly
+    (at least 90% of its rows), not a category. "Ernst Handel" in ``Orders.ShipName`` is a
+    customer; "Germany" in ``Orders.ShipCountry`` and an address in ``Orders.ShipAddress`` stay
+    readings of their own ("orders shipped to Germany"). Tables without a recorded row count are
+    left out."""
+    rows = {t.name: t.row_count for t in schema.tables}
+    distinct = {(c.table, c.column): c.distinct for c in columns}
+    return {
+        k: src
+        for k, src in copy_sources(columns, schema).items()
+        if _NAME_PART.search(src[1]) and rows.get(src[0], 0) > 0 and distinct.get(src, 0) >= 0.9 * rows[src[0]]
+    }
 
 
 def load_value_index(folder: str | Path) -> ValueIndex | None:

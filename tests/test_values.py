@@ -174,6 +174,46 @@ def test_built_from_northwind_skips_references_and_dates() -> None:
     assert idx.lookup("Which customers ordered Tunnbröd?")[0].table == "Products"
     assert ("Orders", "ShipName") in copy_columns(idx, schema)
     assert ("Customers", "CompanyName") not in copy_columns(idx, schema)
+    # a copy of the customers' names gives way to them; a copy of a category does not
+    assert idx.copies[("Orders", "ShipName")] == ("Customers", "CompanyName")
+    assert ("Orders", "ShipCountry") not in idx.copies and ("Orders", "ShipAddress") not in idx.copies
+    assert [(m.table, m.column) for m in idx.lookup("How many orders has Ernst Handel placed?")] == [("Customers", "CompanyName")]
+    assert {m.table for m in idx.lookup("How many orders were shipped to Germany?")} == {"Customers", "Orders", "Suppliers"}
+
+
+def test_a_value_inside_a_longer_exact_mention_of_another_is_dropped() -> None:
+    idx = ValueIndex.from_values({("Products", "ProductName"): ["Pavlova", "Chai"], ("Suppliers", "CompanyName"): ["Pavlova, Ltd."]})
+    assert [m.value for m in idx.lookup("Pavlova Ltd 供应哪些产品？")] == ["Pavlova, Ltd."]
+    assert [m.value for m in idx.lookup("Who supplies Pavlova?")] == ["Pavlova"]  # alone it is the product
+    # only an exact mention shadows: a partial "Pavlova L" does not outrank the product it contains
+    idx2 = ValueIndex.from_values({("Products", "ProductName"): ["Pavlova"], ("Suppliers", "CompanyName"): ["Pavlova Lindqvist Trading"]})
+    assert "Pavlova" in [m.value for m in idx2.lookup("Who supplies Pavlova Lindqvist?")]
+
+
+def test_a_first_and_a_last_name_side_by_side_are_one_mention() -> None:
+    idx = ValueIndex.from_values({
+        ("Customer", "FirstName"): ["Frank", "Luis"], ("Customer", "LastName"): ["Harris", "Rojas"],
+        ("Album", "Title"): ["Frank"], ("Track", "Composer"): ["Harris"],
+    })  # fmt: skip
+    found = {(m.table, m.column) for m in idx.lookup("Who is Frank Harris's support rep?")}
+    assert found == {("Customer", "FirstName"), ("Customer", "LastName")}
+    # apart, each word keeps every reading
+    assert {m.table for m in idx.lookup("Frank and Harris")} == {"Customer", "Album", "Track"}
+    # two columns that are not names do not pair up
+    idx2 = ValueIndex.from_values({("Employee", "City"): ["London"], ("Employee", "Title"): ["Sales Agent"],
+                                   ("Customer", "City"): ["London"]})  # fmt: skip
+    assert {m.table for m in idx2.lookup("London Sales Agent")} == {"Employee", "Customer"}
+
+
+def test_copies_give_way_to_their_source_and_survive_save_and_load(tmp_path: Path) -> None:
+    names = {("Customers", "CompanyName"): ["Ernst Handel"], ("Orders", "ShipName"): ["Ernst Handel", "Hanari Carnes"]}
+    idx = ValueIndex.from_values(names, copies={("Orders", "ShipName"): ("Customers", "CompanyName")})
+    assert [m.table for m in idx.lookup("orders of Ernst Handel")] == ["Customers"]
+    assert [m.table for m in idx.lookup("orders of Hanari Carnes")] == ["Orders"]  # the source lacks it: the copy stays
+    assert [m.table for m in idx.lookup("orders whose ship name is Ernst Handel")] == ["Customers", "Orders"]  # named
+    again = ValueIndex.load(idx.save(tmp_path / "values.json"))
+    assert again.copies == idx.copies
+    assert [m.table for m in ValueIndex.from_values(names).lookup("orders of Ernst Handel")] == ["Customers", "Orders"]
 
 
 def _db(path: Path, rows: list[tuple], ddl: str) -> Path:
