@@ -68,6 +68,11 @@ ASK_WORD_SHARE = 0.35
 """Share of single-row lookups that ask for a price or a place when the table has one (so that
 "How much does X cost?" and "Where is X?" are generated, not only "What is the name of X?")."""
 
+FULL_NAME_SHARE = 0.5
+"""Share of the natural-style questions naming a person by one half of a name split over two
+columns (``FirstName``, ``LastName``; 名, 姓) that give the whole name instead, as people write
+it ("Frank Harris", not "Harris"), when that half names one person (:func:`_full_name`)."""
+
 MAX_SAMPLES_PER_PATH = 1000
 """Most questions one path may get, whatever its budget, and the most ``--samples-per-path`` may ask
 for (more only repeats the templates and fills memory)."""
@@ -856,6 +861,40 @@ def _entity_words(s: Sample, entity: Entity, schema: Schema) -> str:
     return f"（{words} {entity.surface}）" if s.language == "zh" else f"with {words} {entity.surface}"
 
 
+_NAME_HALF = re.compile(r"name|名|姓", re.IGNORECASE)
+_CJK = re.compile(r"[\u3400-\u9fff]")
+
+
+def _full_name(ctx: StageContext, entity: Entity, asked: Sequence[str | None] = ()) -> str | None:
+    """The whole name of the one person whose first or last name ``entity`` is, in the order
+    people write it ("Frank Harris"; 张伟 for 姓 张 and 名 伟), or None: the entity's column is
+    no half of a name split over two columns of its table, the other half is among the
+    ``asked`` columns (the whole name would give the answer away), or that half names more than
+    one person (then the gold query's filter on the half would not be the person meant)."""
+    table = ctx.schema.table(entity.table)
+    names = [c.name for c in table.columns if _NAME_HALF.search(c.name)]
+    first = [c for c in names if _FIRST_NAME.search(c)]
+    last = [c for c in names if _LAST_NAME.search(c) and c not in first]
+    if not first or not last or entity.column not in (first[0], last[0]) or not isinstance(entity.value, str):
+        return None
+    other = last[0] if entity.column == first[0] else first[0]
+    if other in asked:
+        return None
+    got = ctx.backend.distinct_values(ctx.graph, JoinPath(entity.table, (), entity.table), (0, other),
+                                      [Condition(0, entity.column, "=", entity.value)])  # fmt: skip
+    if len(got) != 1 or not isinstance(got[0], str) or not got[0].strip():
+        return None
+    given, family = (entity.value, got[0]) if entity.column == first[0] else (got[0], entity.value)
+    return f"{family}{given}" if _CJK.search(given + family) else f"{given} {family}"
+
+
+def _asked_of(s: Sample, table: str) -> tuple[str | None, ...]:
+    """The columns of ``table`` that ``s`` asks for (its plan's ask and extra columns when its
+    target is ``table``)."""
+    plan = s.meta["plan"]
+    return (plan.get("ask_column"), plan.get("extra_column")) if s.path.target == table else ()
+
+
 def _threshold(value: Any) -> Any:
     """A round lower bound that keeps ``value`` itself: ``18.75`` -> ``18``, ``0.15`` -> ``0.15``."""
     if not isinstance(value, float):
@@ -943,6 +982,12 @@ def fill_entities(samples: list[Sample], ctx: StageContext) -> list[Sample]:
         if i in fuzzy_at:
             surface, kind = fuzzy_at[i]
             first = replace(first, surface=surface, kind="fuzzy", fuzz=kind)
+        elif s.meta.get("style", "classic") != "classic" and (
+            whole := _full_name(ctx, first, _asked_of(s, first.table))
+        ) is not None:
+            # a classic template names the column ("whose last name is {E1}"): only natural styles give the whole name
+            if rng.random() < FULL_NAME_SHARE:
+                first = replace(first, surface=whole)
         ents = (first, *s.entities[1:])
         question = s.question.replace("{E1}", _entity_words(s, first, ctx.schema))
         if len(ents) > 1:

@@ -858,6 +858,34 @@ def test_one_named_row_is_looked_up_not_counted(sample_built):
     assert {s.path.anchor for s in single if s.meta["plan"]["family"] == "lookup"} == unique_names
 
 
+def test_people_are_named_by_their_whole_name_in_natural_questions(sample_built):
+    # "How many purchases has Hannah Schneider bought?", with the gold filter on the one half it was drawn from
+    name, ds, _ = sample_built
+    halves = {"northwind": {"Employees": ("FirstName", "LastName")},
+              "chinook": {"Customer": ("firstname", "lastname"), "Employee": ("firstname", "lastname")}}[name]  # fmt: skip
+    conn = sqlite3.connect(ds.db_path)
+    whole, could = [], 0
+    for s in ds.samples:
+        e = s.entities[0] if s.entities else None
+        if e is None or e.kind != "real" or e.table not in halves or e.column not in halves[e.table]:
+            continue
+        first, last = halves[e.table]
+        plan = s.meta["plan"]
+        asked = {plan.get("ask_column"), plan.get("extra_column")} if s.path.target == e.table else set()
+        if s.meta["style"] == "classic" or asked & {first, last}:
+            assert e.surface == e.value, s.question  # "whose last name is {E1}" and "what is the last name?" keep the half
+            continue
+        could += 1
+        if e.surface == e.value:
+            continue
+        rows = conn.execute(f'SELECT "{first}" || \' \' || "{last}" FROM "{e.table}" WHERE "{e.column}" = ?', (e.value,)).fetchall()
+        assert rows == [(e.surface,)] and e.surface in s.question, (s.question, rows)  # one person, first name first
+        assert f"= '{e.value}'" in s.sql
+        whole.append(s)
+    conn.close()
+    assert could >= 20 and 0.25 * could <= len(whole) <= 0.75 * could, (len(whole), could)
+
+
 def test_bare_template_drops_only_a_trailing_request_for_the_column():
     assert bare_template("Who {v_past} {E1}? Show the {t}'s {tcol}.", "en") == "Who {v_past} {E1}?"
     assert bare_template("Find the {t_pl} of {a} {E1} and return the {tcol}.", "en") == "Find the {t_pl} of {a} {E1}."
