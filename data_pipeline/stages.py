@@ -913,7 +913,9 @@ def fill_entities(samples: list[Sample], ctx: StageContext) -> list[Sample]:
     its column at hand, so that a partial one matches no other value; when a value offers no
     fuzzy surface, another sample is fuzzed instead (``fuzzy/shortfall`` counts what is missing).
     A plan without a filter value (``plan.filtered`` False) gets no entity, ``entity_kind`` ``none``
-    and a WHERE-less gold SQL; the fuzzy share is taken over the samples with an entity.
+    and a WHERE-less gold SQL; the fuzzy share is taken over the samples with an entity. In a
+    natural style, :data:`FULL_NAME_SHARE` of the real values that are one half of a person's
+    name are written as the whole name (:func:`_full_name`); the gold SQL keeps the half.
     """
     rng = ctx.rng("fill_entities")
     kept: list[Sample] = []
