@@ -711,7 +711,8 @@ def schema_words_of(schema: Schema) -> frozenset[str]:
     return frozenset(out)
 
 
-_NAME_PART = re.compile(r"name|姓|名", re.IGNORECASE)
+NAME_COLUMN = re.compile(r"name|姓|名", re.IGNORECASE)
+"""A column named like a name or a part of one (``CompanyName``, ``FirstName``, 姓, 名称)."""
 _NAME_GAP = re.compile(r"[\s·・.]{0,2}")
 
 
@@ -722,7 +723,7 @@ def _full_names(full: Sequence[ValueMatch], question: str) -> list[tuple[int, in
     for a in full:
         for b in full:
             if (a.table == b.table and a.column != b.column and a.end <= b.start
-                    and _NAME_PART.search(a.column) and _NAME_PART.search(b.column)
+                    and NAME_COLUMN.search(a.column) and NAME_COLUMN.search(b.column)
                     and _NAME_GAP.fullmatch(question[a.end : b.start])):  # fmt: skip
                 out.append((a.start, b.end, (a, b)))
     return out
@@ -800,7 +801,7 @@ def identifying_copies(columns: Sequence[IndexedColumn], schema: Schema) -> dict
     return {
         k: src
         for k, src in copy_sources(columns, schema).items()
-        if _NAME_PART.search(src[1]) and rows.get(src[0], 0) > 0 and distinct.get(src, 0) >= 0.9 * rows[src[0]]
+        if NAME_COLUMN.search(src[1]) and rows.get(src[0], 0) > 0 and distinct.get(src, 0) >= 0.9 * rows[src[0]]
     }
 
 

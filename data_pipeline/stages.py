@@ -45,6 +45,7 @@ from data_pipeline.paraphrase import Paraphraser
 from data_pipeline.relations import Verb, agent_verb, agent_verbs, is_event, is_person, table_synonyms
 from core.samples import Entity, Sample
 from core.schema import Schema, Table, humanize
+from core.values import NAME_COLUMN
 from data_pipeline.templates import (
     AGG_WORDS,
     FAMILIES_BY_SCOPE,
@@ -861,7 +862,6 @@ def _entity_words(s: Sample, entity: Entity, schema: Schema) -> str:
     return f"（{words} {entity.surface}）" if s.language == "zh" else f"with {words} {entity.surface}"
 
 
-_NAME_HALF = re.compile(r"name|名|姓", re.IGNORECASE)
 _CJK = re.compile(r"[\u3400-\u9fff]")
 
 
@@ -872,7 +872,7 @@ def _full_name(ctx: StageContext, entity: Entity, asked: Sequence[str | None] = 
     ``asked`` columns (the whole name would give the answer away), or that half names more than
     one person (then the gold query's filter on the half would not be the person meant)."""
     table = ctx.schema.table(entity.table)
-    names = [c.name for c in table.columns if _NAME_HALF.search(c.name)]
+    names = [c.name for c in table.columns if NAME_COLUMN.search(c.name)]
     first = [c for c in names if _FIRST_NAME.search(c)]
     last = [c for c in names if _LAST_NAME.search(c) and c not in first]
     if not first or not last or entity.column not in (first[0], last[0]) or not isinstance(entity.value, str):
