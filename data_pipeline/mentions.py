@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from functools import lru_cache
 
 from core.schema import Table, humanize
-from data_pipeline.relations import table_synonyms
+from data_pipeline.relations import short_nouns, table_synonyms
 
 _CJK = re.compile(r"[\u3400-\u9fff]+")
 _SUBWORD = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])|[0-9]+")
@@ -86,7 +86,8 @@ def mention_spans(question: str, tables: Sequence[Table]) -> list[list[tuple[int
     A table is named by its name's words (``EmployeeTerritories`` = "employee territories",
     plural or singular), by its description up to the first comma when that is at most six
     words long ("shipping companies that deliver orders"), by the description's first two words
-    ("shipping companies" for Shippers), by its Chinese name,
+    ("shipping companies" for Shippers), by its Chinese name, by the short noun people use for
+    it (:func:`~data_pipeline.relations.short_nouns`: "prescriptions" and 处方 for 门诊处方),
     or by Chinese characters whose pinyin initials spell a pinyin-abbreviated name (``mz_cf``).
     A span inside a longer span of another table is dropped: "employee territories" names
     EmployeeTerritories, not Employees or Territories; 订单明细 names Order Details, not Orders.
@@ -109,8 +110,13 @@ def mention_spans(question: str, tables: Sequence[Table]) -> list[list[tuple[int
             init_pos.extend(range(m.start(), m.end()))
             init_pos.append(-1)
     found: list[list[tuple[int, int]]] = []
+    short = short_nouns(tuple(tables))
     for table in tables:
         english, chinese, code = _surface_forms(table)
+        if table.name in short:  # "prescriptions" and 处方 name 门诊处方 (mz_cf)
+            short_en, short_zh = short[table.name]
+            english += tuple(tuple(s for s, _, _ in _stems_with_spans(w)) for w in short_en)
+            chinese += short_zh
         spans = _spans(question, stems, english, chinese)
         if code and len(code) >= 3:
             start = initials.find(code)

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from core.schema import Table, humanize
+from data_pipeline.templates import plural, table_words
 
 
 @dataclass(frozen=True)
@@ -116,18 +117,25 @@ table's English name stem or Chinese name."""
 
 
 def table_synonyms(table: Table) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """``(english, chinese)`` other nouns for ``table``: the built-in ones for its kind of table,
-    plus a single word in parentheses right after the description's head ("tracks (songs)").
+    """``(english, chinese)`` other nouns for ``table``: the built-in ones for its kind of table
+    (matched on the head of its name, or of its description when the name is cryptic), plus a
+    single word in parentheses right after the description's head ("tracks (songs)").
 
     >>> t = Table("Track", (), description="tracks (songs) for sale", zh="曲目")
     >>> table_synonyms(t)
     (('song', 'songs'), ('歌曲',))
+    >>> table_synonyms(Table("mz_yp", (), description="drugs", zh="药品目录"))
+    (('medicine', 'medicines', 'medication', 'medications'), ('药物',))
+    >>> table_synonyms(Table("CustomerCustomerDemo", (), zh="客户人群关联"))  # not a customer
+    ((), ())
     """
     en: list[str] = []
     zh: list[str] = []
-    name = _name(table)
+    head = " " + table_words(table, "en")[0].lower() + " "  # the description's head for a cryptic name (mz_yp: "drug")
     for stems, other_en, other_zh in _NOUNS:
-        if any(re.search(rf"\b{re.escape(st)}", name) or (table.zh and st == table.zh) for st in stems):
+        # the stem must be the name's head: "customer demo" is no customer, 处方明细 no prescription
+        if any(re.search(rf"\b{re.escape(st)}\w*\s*$", head) if st.isascii() else bool(table.zh) and _zh_head(table.zh, (st,))
+               for st in stems):  # fmt: skip
             en += other_en
             zh += other_zh
             break
@@ -141,6 +149,77 @@ def table_synonyms(table: Table) -> tuple[tuple[str, ...], tuple[str, ...]]:
     for w in en:
         words += [w, w + "s"] if not w.endswith("s") and " " not in w else [w]
     return tuple(dict.fromkeys(words)), tuple(dict.fromkeys(zh))
+
+
+GENERIC_HEADS = frozenset({"record", "item", "detail", "line", "entry", "list"})
+"""English last words no one uses alone for a table; the word before them is its noun ("pharmacy stock record": "stock")."""
+
+VAGUE_HEADS = frozenset({"info", "information", "data", "type", "log", "demo", "link", "map", "relation"})
+"""English last words that leave a table without a short noun ("media type" is not called "media")."""
+
+GENERIC_HEADS_ZH = ("目录", "明细", "记录")
+"""Chinese name endings no one uses alone for a table; what comes before is its noun (药品目录: 药品)."""
+
+VAGUE_HEADS_ZH = frozenset({"列表", "信息", "关联", "类型", "清单", "格式"})
+"""Chinese name endings that leave a table without a short noun (播放列表 is not called 播放)."""
+
+
+@lru_cache(maxsize=256)
+def short_nouns(tables: tuple[Table, ...]) -> dict[str, tuple[tuple[str, ...], tuple[str, ...]]]:
+    """The word people use alone for a table named by a longer phrase, per table name:
+    ``(english singular and plural, chinese)``.
+
+    People write "prescriptions" for outpatient prescriptions and 处方 for 门诊处方. The short noun is
+    the head of the table's readable name (its last word; 2 characters for a Chinese name of 4 or
+    more). A generic head (:data:`GENERIC_HEADS`: "record", 目录) is dropped and the word before
+    it is used instead (药品目录 -> 药品), at lower rank; a vague one (:data:`VAGUE_HEADS`: "type",
+    列表) leaves the table without a short noun. A short noun that is another table's name, last word or
+    synonym, or that a table of the same rank also claims, belongs to no one (员工负责区域 and
+    销售区域 both end in 区域); a lower-rank claim gives way to a head (处方明细 leaves 处方 to 门诊处方).
+
+    >>> ts = (Table("mz_cf", (), description="outpatient prescriptions", zh="门诊处方"),
+    ...       Table("mz_cfmx", (), description="prescription items", zh="处方明细"),
+    ...       Table("mz_yp", (), description="drugs", zh="药品目录"))
+    >>> short_nouns(ts)
+    {'mz_cf': (('prescription', 'prescriptions'), ('处方',)), 'mz_yp': ((), ('药品',))}
+    """
+    claims: dict[tuple[str, str], list[tuple[int, str]]] = {}  # (language, word) -> [(rank, table)]
+    taken: dict[tuple[str, str], set[str]] = {}  # words that already name a table
+    for t in tables:
+        words = table_words(t, "en")[0].lower().split()
+        syn_en, syn_zh = table_synonyms(t)
+        for w in (" ".join(words), words[-1] if words else "", *(x.lower() for x in syn_en)):
+            taken.setdefault(("en", w), set()).add(t.name)
+        for z in (t.zh, *syn_zh):
+            taken.setdefault(("zh", z), set()).add(t.name)
+        if len(words) >= 2 and words[-1] not in VAGUE_HEADS:
+            rank, head = 0, list(words)
+            while head and head[-1] in GENERIC_HEADS:
+                rank, head = 1, head[:-1]
+            if head:
+                claims.setdefault(("en", head[-1]), []).append((rank, t.name))
+        z = t.zh
+        if z and len(z) >= 4 and all("\u3400" <= ch <= "\u9fff" for ch in z):
+            rest, rank = z, 0
+            for g in GENERIC_HEADS_ZH:
+                if rest.endswith(g):
+                    rest, rank = rest[: -len(g)], 1
+                    break
+            short = rest if rank and len(rest) in (2, 3) else rest[-2:]
+            if len(short) >= 2 and short not in VAGUE_HEADS_ZH:
+                claims.setdefault(("zh", short), []).append((rank, t.name))
+    out: dict[str, tuple[list[str], list[str]]] = {}
+    for (lang, word), who in claims.items():
+        best = min(r for r, _ in who)
+        owners = [name for r, name in who if r == best]
+        if len(owners) != 1 or taken.get((lang, word), set()) - {owners[0]}:
+            continue
+        en, zh = out.setdefault(owners[0], ([], []))
+        if lang == "en":
+            en += [word, plural(word)]
+        else:
+            zh.append(word)
+    return {name: (tuple(en), tuple(zh)) for name, (en, zh) in out.items()}
 
 
 def _name(table: Table) -> str:

@@ -42,7 +42,7 @@ from data_pipeline.entities import TableProfile, fuzz, fuzzable
 from data_pipeline.gold import Plan, gold_sql
 from core.graph import JoinPath, SchemaGraph
 from data_pipeline.paraphrase import Paraphraser
-from data_pipeline.relations import Verb, agent_verb, agent_verbs, is_event, is_person, table_synonyms
+from data_pipeline.relations import Verb, agent_verb, agent_verbs, is_event, is_person, short_nouns, table_synonyms
 from core.samples import Entity, Sample
 from core.schema import Schema, Table, humanize
 from core.values import NAME_COLUMN
@@ -367,16 +367,20 @@ def plan_unfiltered(family: str, path: JoinPath, ctx: StageContext, rng: random.
     raise ValueError(f"unknown family {family!r}")
 
 
-def _noun(table: Table, language: str, noun_index: int) -> tuple[str, str]:
+def _noun(table: Table, language: str, noun_index: int, tables: tuple[Table, ...] = ()) -> tuple[str, str]:
     """``(singular, plural)`` for a table: its usual words, or (``noun_index`` % 3 == 2) another
-    noun people use for it (:func:`~data_pipeline.relations.table_synonyms`: "songs" for Track)."""
+    noun people use for it: the short noun of a longer name (:func:`~data_pipeline.relations.short_nouns`
+    over ``tables``: "prescriptions" for outpatient prescriptions, 处方 for 门诊处方), else a
+    synonym (:func:`~data_pipeline.relations.table_synonyms`: "songs" for Track)."""
     usual = table_words(table, language)
     if noun_index % 3 != 2:
         return usual
+    short_en, short_zh = short_nouns(tables).get(table.name, ((), ())) if tables else ((), ())
     syn_en, syn_zh = table_synonyms(table)
     if language == "zh":
-        return (syn_zh[0], syn_zh[0]) if syn_zh else usual
-    singles = [w for w in syn_en if not w.endswith("s") or " " in w]
+        other = (*short_zh, *syn_zh)
+        return (other[0], other[0]) if other else usual
+    singles = [w for w in (*short_en, *syn_en) if not w.endswith("s") or " " in w]
     return (singles[0], plural(singles[0])) if singles else usual
 
 
@@ -408,7 +412,7 @@ def words_for(
     ``noun_index`` whether the target is called by another noun (:func:`_noun`)."""
     a, t = schema.table(path.anchor), schema.table(path.target)
     a_sg, a_pl = table_words(a, language)
-    t_sg, t_pl = _noun(t, language, noun_index)
+    t_sg, t_pl = _noun(t, language, noun_index, tuple(schema.tables))
     words = {"a": a_sg, "a_pl": a_pl, "t": t_sg, "t_pl": t_pl, "acol": column_words(a.column(plan.entity_column), language)}
     short = style != "classic" and noun_index % 3 != 0  # two thirds of the natural phrasings
     if plan.ask_column:

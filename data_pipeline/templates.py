@@ -1071,9 +1071,20 @@ def table_words(table: Table, language: str) -> tuple[str, str]:
 
 def column_words(column: Column, language: str) -> str:
     """Words for a column: the sidecar ``zh`` name in Chinese, else the readable name
-    (the description when the name is cryptic)."""
+    (the description when the name is cryptic, or spells the pinyin initials of its Chinese
+    name: ``cfje`` for 处方金额 has vowels but is no English word).
+
+    >>> column_words(Column("cfje", description="prescription amount (in yuan)", zh="处方金额"), "en")
+    'prescription amount'
+    """
     if language == "zh" and column.zh:
         return column.zh
-    if column.description and _is_cryptic(column.name, column.description):
+    if column.description and (_is_cryptic(column.name, column.description) or _spells_initials(column)):
         return _short(column.description)
     return humanize(column.name)
+
+
+def _spells_initials(column: Column) -> bool:
+    from data_pipeline.mentions import pinyin_initials  # mentions -> relations -> templates: imported when called
+
+    return bool(column.zh) and humanize(column.name).replace(" ", "") == pinyin_initials(column.zh)

@@ -71,7 +71,7 @@ def table_text(table: Table) -> str:
     >>> t = Table("mz_cf", (Column("kfrq", zh="开方日期"), Column("ys_id")), description="outpatient prescriptions",
     ...           zh="门诊处方")
     >>> table_text(t)
-    'mz_cf | mz cf | outpatient prescriptions | 门诊处方 mzcf | columns: kfrq 开方日期, ys id'
+    'mz_cf | mz cf | outpatient prescriptions | 门诊处方 mzcf | also: 药方 | columns: kfrq 开方日期, ys id'
     """
     parts = [table.name]
     human = humanize(table.name)

@@ -950,3 +950,17 @@ def test_build_errors_are_route2sql_errors(tmp_path):
     with pytest.raises(SchemaError):
         build_dataset(BuildConfig(db=str(tmp_path / "missing.sqlite"), out=tmp_path / "o"))
     assert issubclass(SchemaError, Route2SQLError)
+
+
+def test_natural_questions_call_a_table_by_its_short_noun(tmp_path):
+    # people write "prescriptions" and 处方 for outpatient prescriptions (门诊处方), and never "cfje"
+    ds, _ = build_dataset(BuildConfig(db="hospital", out=tmp_path / "h"))
+    to_cf = [s for s in ds.samples if s.path.target == "mz_cf" and s.path.anchor != "mz_cf"]
+    zh = [s.question for s in to_cf if s.language == "zh"]
+    en = [s.question for s in to_cf if s.language == "en"]
+    zh_short = [q for q in zh if "门诊处方" not in q and re.search(r"处方(?!金额|状态|明细|编号)", q)]
+    en_short = [q for q in en if "outpatient prescription" not in q
+                and re.search(r"prescriptions?\b(?! (item|amount|state|date|id))", q)]  # fmt: skip
+    assert len(zh_short) >= 5 and len(en_short) >= 5  # 14 and 11 of 80 at the default seed
+    assert sum("门诊处方" in q for q in zh) > 2 * len(zh_short)  # the full name stays the usual one
+    assert not [s.question for s in ds.samples if "cfje" in s.question]

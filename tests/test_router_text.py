@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from core.schema import Column, Table
+from core.schema import Column, Schema, Table, introspect
+from data_pipeline.datasets import description_file, load_sample
 from data_pipeline.mentions import mention_spans, name_code, pinyin_initials
+from data_pipeline.relations import short_nouns, table_synonyms
 from router.text import LINK_FEATURES, link_features, table_text, words
 
 MZ_CF = Table(
@@ -147,3 +149,53 @@ def test_mention_spans(question: str, named: dict[str, list[str]]) -> None:
 def test_pinyin_code_alone_names_a_table_without_chinese_name() -> None:
     bare = [Table("mz_cf", (Column("id"),))]  # no sidecar: only the code links it
     assert mention_spans("今天的门诊处方", bare) == [[(3, 7)]]
+
+
+# --------------------------------------------------------------------------- short nouns and synonyms
+
+
+def _sample_schema(name: str) -> Schema:
+    return introspect(load_sample(name), descriptions=description_file(name))
+
+
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [
+        # the head of a longer name; 处方明细 leaves 处方 to 门诊处方, 住院病人's 病人 is the patients' synonym
+        ("hospital", {"mz_cf": (("prescription", "prescriptions"), ("处方",)),
+                      "mz_gh": (("registration", "registrations"), ("挂号",)),
+                      "mz_jz": (("visit", "visits"), ("就诊",)),
+                      "mz_yp": ((), ("药品",)),  # 药品目录: the catalogue ending is dropped
+                      "yf_kc": (("stock", "stocks"), ("库存",)),  # pharmacy stock record: "record" is dropped
+                      "zy_br": (("stay", "stays"), ())}),
+        # 员工负责区域 and 销售区域 both end in 区域; "order detail" would be "order", the Orders' name
+        ("northwind", {"Categories": ((), ("类别",)), "CustomerDemographics": (("demographic", "demographics"), ()),
+                       "Region": ((), ("大区",))}),
+    ],
+)  # fmt: skip
+def test_short_nouns_of_the_sample_databases(name: str, expected: dict) -> None:
+    assert short_nouns(tuple(_sample_schema(name).tables)) == expected
+
+
+def test_short_nouns_name_their_table_in_questions() -> None:
+    tables = _sample_schema("hospital").tables
+    names = [t.name for t in tables]
+
+    def named(q: str) -> dict[str, list[str]]:
+        return {names[i]: [q[a:b] for a, b in s] for i, s in enumerate(mention_spans(q, tables)) if s}
+
+    assert named("How many prescriptions are still unpaid?") == {"mz_cf": ["prescriptions"]}
+    assert named("王军医生开过的处方一共多少钱？") == {"ys": ["医生"], "mz_cf": ["处方"]}
+    assert named("处方明细有多少条") == {"mz_cfmx": ["处方明细"]}  # the longer name wins over the short noun
+
+
+def test_built_in_synonyms_need_the_table_to_be_that_thing() -> None:
+    nw = {t.name: t for t in _sample_schema("northwind").tables}
+    hosp = {t.name: t for t in _sample_schema("hospital").tables}
+    assert table_synonyms(nw["Customers"])[1] == ("顾客",)
+    # a junction or link table is not called by the noun of the table it starts with
+    assert table_synonyms(nw["CustomerCustomerDemo"]) == ((), ())
+    assert table_synonyms(nw["EmployeeTerritories"]) == ((), ())
+    # a cryptic name is matched by its description's head (mz_yp: drugs), not by a modifier (prescription items)
+    assert "medicine" in table_synonyms(hosp["mz_yp"])[0]
+    assert table_synonyms(hosp["mz_cfmx"]) == ((), ())
