@@ -11,12 +11,17 @@ or official name, or ISO alpha-3 code, or one of :data:`EXTRA_NAMES`), the other
 may use for it: English names and Simplified and Traditional Chinese names. Codes are
 recognised as stored values but never offered as aliases ("CAN" is not a way to say Canada in a
 question).
+
+:func:`glossary_aliases` reads the other names a database's own description gives its coded or
+Chinese values ("prescription state (未缴费 unpaid, ...)"), so "unpaid" links '未缴费'.
 """
 
 from __future__ import annotations
 
 import functools
 import gettext
+import re
+from collections.abc import Sequence
 
 EXTRA_NAMES: dict[str, tuple[str, ...]] = {
     "GB": ("UK", "Britain", "Great Britain"),
@@ -138,3 +143,40 @@ def country_aliases(value: str) -> tuple[str, ...]:
     _, aliases = _country_names()
     own = value.strip().casefold()
     return tuple(a for a in aliases[code] if a.casefold() != own)
+
+
+_GLOSS_END = re.compile(r",|;|\)|\bor\b|$")
+_GLOSS = re.compile(r"[A-Za-z][A-Za-z' -]*[A-Za-z]")
+
+
+def glossary_aliases(description: str, values: Sequence[str]) -> tuple[tuple[str, str], ...]:
+    """``(value, english name)`` pairs a column's description gives for its stored values.
+
+    A sidecar documents coded or Chinese values by what they mean: "prescription state (未缴费
+    unpaid, 已缴费 paid, or 已发药 dispensed)". A question in English says "unpaid", and the
+    query needs '未缴费'. A value counts when it appears in the description as a whole item and
+    is followed by one to four English words, up to the next comma, "or", or bracket.
+
+    >>> glossary_aliases("prescription state (未缴费 unpaid, 已缴费 paid, or 已发药 dispensed)", ["已发药", "已缴费", "未缴费"])
+    (('未缴费', 'unpaid'), ('已缴费', 'paid'), ('已发药', 'dispensed'))
+    >>> glossary_aliases("sex (男 male or 女 female)", ["女", "男"])
+    (('男', 'male'), ('女', 'female'))
+    >>> glossary_aliases("pharmacy name (门诊西药房, 中药房 or 住院药房)", ["中药房", "门诊西药房"])
+    ()
+    """
+    out: list[tuple[str, str]] = []
+    for value in sorted(set(values), key=len, reverse=True):  # the longest first: 主任医师 before 副主任医师's tail
+        if not value.strip() or value.isascii():
+            continue
+        for m in re.finditer(re.escape(value), description):
+            before = description[: m.start()]
+            if before and not re.search(r"[\s(:,]$", before):  # 主任医师 inside 副主任医师
+                continue
+            rest = description[m.end() :]
+            end = _GLOSS_END.search(rest)
+            gloss = rest[: end.start() if end else len(rest)].strip()
+            if _GLOSS.fullmatch(gloss) and 1 <= len(gloss.split()) <= 4 and not any(gloss == g for _, g in out):
+                out.append((value, gloss))
+                break
+    order = {v: description.find(v) for v, _ in out}
+    return tuple(sorted(out, key=lambda p: order[p[0]]))

@@ -25,6 +25,8 @@ to the referenced table), not dates, not longer than ``max_value_chars`` on aver
 ``max_values_per_column`` distinct values each (a capped column is reported). In a column of
 countries, each value is also found by its other names in English and Chinese
 (:mod:`core.value_aliases`, from the ISO 3166 database), and the match gives the stored value.
+A value the column's description glosses is found by that gloss too ("prescription state
+(未缴费 unpaid, ...)": "unpaid" gives '未缴费'), matched whole and exactly like a country's names.
 
 A lookup keeps the longest reading of each part of the question (:meth:`ValueIndex.lookup`): a
 value found inside a longer exact mention of another value is dropped ("Pavlova" the product
@@ -65,7 +67,7 @@ from typing import TYPE_CHECKING, Any
 
 from core.errors import ConfigError, DataError
 from core.io import write_json
-from core.value_aliases import alias_span_ok, country_aliases, country_code
+from core.value_aliases import alias_span_ok, country_aliases, country_code, glossary_aliases
 
 if TYPE_CHECKING:
     from core.schema import Schema
@@ -216,13 +218,16 @@ class ValueMatch:
 
 @dataclass(frozen=True)
 class IndexedColumn:
-    """The values kept for one column; ``distinct`` counts them all, ``capped`` when some were left out."""
+    """The values kept for one column; ``distinct`` counts them all, ``capped`` when some were left out;
+    ``aliases`` are ``(value, other name)`` pairs from the column's description
+    (:func:`~core.value_aliases.glossary_aliases`: '未缴费' is "unpaid")."""
 
     table: str
     column: str
     values: tuple[str, ...]
     distinct: int
     capped: bool = False
+    aliases: tuple[tuple[str, str], ...] = ()
 
 
 def normalize(text: str) -> tuple[str, list[int]]:
@@ -342,9 +347,13 @@ class ValueIndex:
         postings: dict[str, list[int]] = defaultdict(list)
         for col in self.columns:
             aliased = self.config.country_aliases and _is_country_column(col.values)
+            glossed: dict[str, list[str]] = defaultdict(list)
+            for value, other in col.aliases:
+                glossed[value].append(other)
             for value in col.values:
-                # a country is also found by its other names ("德国", "United States"), as the stored value
-                for k, surface in enumerate((value, *(country_aliases(value) if aliased else ()))):
+                # a country is also found by its other names ("德国", "United States"), a documented code by its meaning
+                others = (*(country_aliases(value) if aliased else ()), *glossed.get(value, ()))
+                for k, surface in enumerate((value, *others)):
                     norm, _ = normalize(surface)
                     us = tuple(dict.fromkeys(u for u, _, _ in units(norm)))
                     if not us:
@@ -448,7 +457,8 @@ class ValueIndex:
                         f"indexed {cfg.max_values_per_column} (max_values_per_column)"
                     )
                     vals = vals[: cfg.max_values_per_column]
-                cols.append(IndexedColumn(table.name, col.name, tuple(vals), len(vals) if not capped else len(raw), capped))
+                glossary = glossary_aliases(col.description, vals) if col.description else ()
+                cols.append(IndexedColumn(table.name, col.name, tuple(vals), len(vals) if not capped else len(raw), capped, glossary))
         if not cols:
             notes.append("value index: no text column to index; questions are linked by table and column words only")
         return cls(cols, cfg, schema_words_of(schema), identifying_copies(cols, schema)), notes
@@ -644,7 +654,8 @@ class ValueIndex:
             "schema_words": sorted(self.schema_words),
             "copies": sorted([*k, *v] for k, v in self.copies.items()),
             "columns": [
-                {"table": c.table, "column": c.column, "distinct": c.distinct, "capped": c.capped, "values": list(c.values)}
+                {"table": c.table, "column": c.column, "distinct": c.distinct, "capped": c.capped, "values": list(c.values),
+                 **({"aliases": [list(a) for a in c.aliases]} if c.aliases else {})}
                 for c in self.columns
             ],
         }
@@ -660,7 +671,8 @@ class ValueIndex:
             known = set(ValueIndexConfig.__dataclass_fields__)
             cfg = ValueIndexConfig(**{k: v for k, v in dict(d.get("config", {})).items() if k in known})
             cols = [
-                IndexedColumn(str(c["table"]), str(c["column"]), tuple(str(v) for v in c["values"]), int(c["distinct"]), bool(c.get("capped")))
+                IndexedColumn(str(c["table"]), str(c["column"]), tuple(str(v) for v in c["values"]), int(c["distinct"]),
+                              bool(c.get("capped")), tuple((str(v), str(a)) for v, a in c.get("aliases", ())))
                 for c in d["columns"]
             ]
             copies = {(str(t), str(c)): (str(rt), str(rc)) for t, c, rt, rc in d.get("copies", ())}

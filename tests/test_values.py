@@ -12,7 +12,9 @@ from pathlib import Path
 import pytest
 
 from data_pipeline.backends.registry import load_backend
+from data_pipeline.datasets import description_file, load_sample
 from core.errors import DataError
+from core.schema import introspect
 from core.values import ValueIndex, ValueIndexConfig, copy_columns, load_value_index, normalize
 
 INDEX = ValueIndex.from_values(
@@ -271,3 +273,26 @@ def test_one_edit_typos_and_a_typo_next_to_the_value_match():
     assert [(m.value, m.question[m.start:m.end]) for m in got] == [("Dairy Products", "Dairy Prroducts")]
     # a different first letter is no typo of a short word
     assert idx.lookup("how many xairy things") == []
+
+
+def test_values_glossed_by_their_description_are_found_by_the_gloss(tmp_path: Path) -> None:
+    # hospital's sidecar: "prescription state (未缴费 unpaid, 已缴费 paid, or 已发药 dispensed)"
+    schema = introspect(load_sample("hospital"), descriptions=description_file("hospital"))
+    with load_backend("sqlite", str(load_sample("hospital"))) as b:
+        idx, _ = ValueIndex.build(b, schema)
+
+    def found(q: str) -> list[tuple[str, str, str]]:
+        return [(m.table, m.column, m.value) for m in idx.lookup(q)]
+
+    assert found("How many prescriptions are still unpaid?") == [("mz_cf", "cfzt", "未缴费")]
+    assert found("How many female patients are there?") == [("hz", "xb", "女")]
+    assert found("Which drugs come in a bottle?") == [("mz_yp", "dw", "瓶")]
+    assert found("Which drugs come in bottles?") == []  # another name matches only whole and exactly
+    assert found("How many male patients?") == [("hz", "xb", "男")]  # not 女 through "female"
+    # saved and loaded with the index; an index file from before has none and still loads
+    again = ValueIndex.load(idx.save(tmp_path / "values.json"))
+    assert [m.value for m in again.lookup("How many expert registrations?")] == ["专家号"]
+    d = idx.to_dict()
+    for c in d["columns"]:
+        c.pop("aliases", None)
+    assert ValueIndex.from_dict(d).lookup("How many prescriptions are still unpaid?") == []
