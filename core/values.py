@@ -725,6 +725,22 @@ def schema_words_of(schema: Schema) -> frozenset[str]:
 
 NAME_COLUMN = re.compile(r"name|姓|名", re.IGNORECASE)
 """A column named like a name or a part of one (``CompanyName``, ``FirstName``, 姓, 名称)."""
+FIRST_NAME = re.compile(r"first|given|(^|_)名$", re.IGNORECASE)
+"""Among name columns, the first (given) name: ``FirstName``, ``given_name``, 名."""
+LAST_NAME = re.compile(r"last|surname|family|(^|_)姓$", re.IGNORECASE)
+"""Among name columns, the last (family) name: ``LastName``, ``surname``, 姓."""
+
+
+def name_halves(columns: Sequence[str]) -> tuple[str, str] | None:
+    """``(first, last)``: the two columns a person's name is split over, else None.
+
+    >>> name_halves(["EmployeeID", "LastName", "FirstName", "Title"]), name_halves(["CompanyName"])
+    (('FirstName', 'LastName'), None)
+    """
+    names = [c for c in columns if NAME_COLUMN.search(c)]
+    first = [c for c in names if FIRST_NAME.search(c)]
+    last = [c for c in names if LAST_NAME.search(c) and c not in first]
+    return (first[0], last[0]) if first and last else None
 _NAME_GAP = re.compile(r"[\s·・.]{0,2}")
 
 

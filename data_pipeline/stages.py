@@ -45,7 +45,7 @@ from data_pipeline.paraphrase import Paraphraser
 from data_pipeline.relations import Verb, agent_verb, agent_verbs, is_event, is_person, short_nouns, table_synonyms
 from core.samples import Entity, Sample
 from core.schema import Schema, Table, humanize
-from core.values import NAME_COLUMN
+from core.values import FIRST_NAME, LAST_NAME, NAME_COLUMN
 from data_pipeline.templates import (
     AGG_WORDS,
     FAMILIES_BY_SCOPE,
@@ -251,8 +251,6 @@ def _unnamed_entity(table: str, ctx: StageContext) -> str:
     return prof.entity[0]
 
 
-_FIRST_NAME = re.compile(r"first|given|(^|_)名$", re.IGNORECASE)
-_LAST_NAME = re.compile(r"last|surname|family|(^|_)姓$", re.IGNORECASE)
 _NAME_LIKE = re.compile(r"(^|_)name$|title$|名称$|mc$", re.IGNORECASE)
 
 
@@ -267,8 +265,8 @@ def answer_columns(ctx: StageContext, table: str) -> tuple[str, ...]:
     """
     prof = ctx.profiles[table]
     names = [c for c in prof.names if (table, c) not in ctx.copy_columns]
-    first = [c for c in names if _FIRST_NAME.search(c)]
-    last = [c for c in names if _LAST_NAME.search(c)]
+    first = [c for c in names if FIRST_NAME.search(c)]
+    last = [c for c in names if LAST_NAME.search(c)]
     if first and last:
         return first[0], last[0]
     if names:
@@ -877,8 +875,8 @@ def _full_name(ctx: StageContext, entity: Entity, asked: Sequence[str | None] = 
     one person (then the gold query's filter on the half would not be the person meant)."""
     table = ctx.schema.table(entity.table)
     names = [c.name for c in table.columns if NAME_COLUMN.search(c.name)]
-    first = [c for c in names if _FIRST_NAME.search(c)]
-    last = [c for c in names if _LAST_NAME.search(c) and c not in first]
+    first = [c for c in names if FIRST_NAME.search(c)]
+    last = [c for c in names if LAST_NAME.search(c) and c not in first]
     if not first or not last or entity.column not in (first[0], last[0]) or not isinstance(entity.value, str):
         return None
     other = last[0] if entity.column == first[0] else first[0]

@@ -10,7 +10,7 @@ correction step of text-to-SQL pipelines (DIN-SQL's self-correction, CHESS's rev
 in the spirit of PICARD's rejection of references to columns a table lacks (Scholak et al.,
 2021); it runs on finished queries, so it works with any decoding.
 
-Three rules, each applied only when its answer is unique:
+Four rules, each applied only when its answer is unique:
 
 1. **Requalify**: ``T.c`` where the table ``T`` of the query has no column ``c`` but exactly one
    other table of the query does: ``c`` is qualified with that table.
@@ -19,6 +19,11 @@ Three rules, each applied only when its answer is unique:
 3. **Linked value's column**: ``T.c = 'v'`` where the question's value linking found ``v`` in
    another column ``T2.c2`` of a table of the query, and neither in ``T.c`` nor in the column
    ``T.c`` references by a foreign key: the comparison becomes ``T2.c2 = 'v'``.
+4. **Whole name**: a query that returns one column, one half of a person's name split over two
+   columns (``Employees.FirstName``), when the question does not name that half ("last name",
+   its Chinese name): both halves are returned, first name first. "Who handles Boston?" asks for
+   people, and a person is named by the whole name, as the data's answer columns do
+   (:func:`core.values.name_halves`).
 
 A query that parses and references only existing columns is returned unchanged, character for
 character; so is one sqlglot cannot parse.
@@ -39,9 +44,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from core.schema import Schema
+from typing import Any
+
+from core.schema import Schema, humanize
 from core.sqlite import sql_ident
-from core.values import ValueMatch
+from core.values import ValueMatch, name_halves
 
 MIN_NAME_SIMILARITY = 85.0
 """Rule 2's least rapidfuzz ``fuzz.ratio`` (0-100) between a written and a real column name."""
@@ -67,8 +74,8 @@ class RepairedSQL:
     repairs: tuple[ColumnRepair, ...] = ()
 
 
-def repair_sql(sql: str | None, schema: Schema, values: Sequence[ValueMatch] = ()) -> RepairedSQL:
-    """``sql`` with its column references repaired against ``schema`` by the module's three rules.
+def repair_sql(sql: str | None, schema: Schema, values: Sequence[ValueMatch] = (), question: str = "") -> RepairedSQL:
+    """``sql`` with its column references repaired against ``schema`` by the module's four rules.
 
     Args:
         sql: one SQLite query (``None`` or empty is returned as ``""``).
@@ -76,6 +83,7 @@ def repair_sql(sql: str | None, schema: Schema, values: Sequence[ValueMatch] = (
             SQLite's do.
         values: the question's value matches (``core.values.ValueIndex.lookup``), for rule 3;
             every match counts, not only the one a prompt lists.
+        question: the question, for rule 4 (a half of a name the question asks for is kept).
 
     Returns:
         The repaired query and what changed. Never raises: a query sqlglot cannot read, or one
@@ -167,9 +175,44 @@ def repair_sql(sql: str | None, schema: Schema, values: Sequence[ValueMatch] = (
             col.set("table", ident(spelled[new_q]))
             col.set("this", ident(columns_of[t].get(c, c)))
             repairs.append(ColumnRepair(before, written(col), "linked value"))
+    whole = _whole_name(tree, schema, qualifiers, question)
+    if whole is not None:
+        repairs.append(whole)
     if not repairs:
         return RepairedSQL(sql)
     return RepairedSQL(tree.sql(dialect="sqlite"), tuple(repairs))
+
+
+def _whole_name(tree: Any, schema: Schema, qualifiers: dict[str, str], question: str) -> ColumnRepair | None:
+    """Rule 4 on ``tree`` (changed in place): a lone half of a split name becomes both halves."""
+    from sqlglot import exp
+
+    if not isinstance(tree, exp.Select) or len(tree.expressions) != 1 or tree.args.get("group"):
+        return None
+    col = tree.expressions[0]
+    if not isinstance(col, exp.Column) or col.args.get("db") is not None:
+        return None
+    q = col.table.lower()
+    tables = set(qualifiers.values())
+    table = qualifiers.get(q) if q else (next(iter(tables)) if len(tables) == 1 else None)
+    if table is None:
+        return None
+    t = next(t for t in schema.tables if t.name.lower() == table)
+    halves = name_halves([c.name for c in t.columns if c.is_text])
+    if halves is None or col.name.lower() not in {h.lower() for h in halves}:
+        return None
+    asked = t.column(next(h for h in halves if h.lower() == col.name.lower()))
+    said = question.casefold()
+    if humanize(asked.name) in said or (len(asked.zh) >= 2 and asked.zh in said):
+        return None  # "What is Davolio's first name?" asks for the half
+    before = col.sql(dialect="sqlite")
+    both = []
+    for h in halves:
+        c = col.copy()
+        c.set("this", exp.to_identifier(h, quoted=sql_ident(h) != h))
+        both.append(c)
+    tree.set("expressions", both)
+    return ColumnRepair(before, ", ".join(c.sql(dialect="sqlite") for c in both), "whole name")
 
 
 def _closest(name: str, candidates: list[str]) -> str | None:

@@ -102,3 +102,42 @@ def test_valid_unreadable_and_foreign_queries_come_back_unchanged(shop) -> None:
     other_db = "SELECT invoices.total FROM invoices"
     assert repair_sql(other_db, schema).sql == other_db
     assert repair_sql(None, schema).sql == "" and repair_sql("", schema).repairs == ()
+
+
+@pytest.fixture
+def staff(tmp_path: Path):
+    db = tmp_path / "staff.sqlite"
+    with sqlite3.connect(db) as conn:
+        conn.executescript(
+            "CREATE TABLE Employees (EmployeeID INTEGER PRIMARY KEY, LastName TEXT, FirstName TEXT, City TEXT);"
+            "INSERT INTO Employees VALUES (1, 'Davolio', 'Nancy', 'Seattle'), (2, 'King', 'Robert', 'London'),"
+            " (3, 'Buchanan', 'Steven', 'London');"
+        )
+    with pytest.warns(UserWarning, match="no foreign keys"):
+        return introspect(db), db
+
+
+@pytest.mark.parametrize(
+    ("question", "sql", "expected"),
+    [
+        # people are named by the whole name, first name first, DISTINCT and aliases kept
+        ("住在 London 的员工有哪几位？", "SELECT DISTINCT Employees.FirstName FROM Employees WHERE Employees.City = 'London'",
+         "SELECT DISTINCT Employees.FirstName, Employees.LastName FROM Employees WHERE Employees.City = 'London'"),
+        ("Who lives in London?", "SELECT e.LastName FROM Employees AS e WHERE e.City = 'London'",
+         "SELECT e.FirstName, e.LastName FROM Employees AS e WHERE e.City = 'London'"),
+        # the question asks for the half: kept
+        ("What is King's first name?", "SELECT FirstName FROM Employees WHERE LastName = 'King'", None),
+        # more than one column, a group, an aggregate, another column: not a lone half
+        ("Who?", "SELECT FirstName, City FROM Employees", None),
+        ("Who?", "SELECT LastName FROM Employees GROUP BY LastName", None),
+        ("How many?", "SELECT COUNT(FirstName) FROM Employees", None),
+        ("Where?", "SELECT City FROM Employees WHERE LastName = 'King'", None),
+    ],
+)  # fmt: skip
+def test_a_lone_half_of_a_name_becomes_the_whole_name(staff, question: str, sql: str, expected: str | None) -> None:
+    schema, db = staff
+    r = repair_sql(sql, schema, (), question)
+    assert r.sql == (expected or sql)
+    assert [x.rule for x in r.repairs] == (["whole name"] if expected else [])
+    if expected:
+        assert rows(db, r.sql)[0] in {("Robert", "King"), ("Steven", "Buchanan")}
