@@ -1085,6 +1085,7 @@ def column_words(column: Column, language: str) -> str:
 
 
 def _spells_initials(column: Column) -> bool:
-    from data_pipeline.mentions import pinyin_initials  # mentions -> relations -> templates: imported when called
+    # imported when called: mentions imports relations, which imports this module
+    from data_pipeline.mentions import pinyin_initials
 
     return bool(column.zh) and humanize(column.name).replace(" ", "") == pinyin_initials(column.zh)

@@ -43,7 +43,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-
 from typing import Any
 
 from core.schema import Schema, humanize
