@@ -147,6 +147,10 @@ def country_aliases(value: str) -> tuple[str, ...]:
 
 _GLOSS_END = re.compile(r",|;|\)|\bor\b|$")
 _GLOSS = re.compile(r"[A-Za-z][A-Za-z' -]*[A-Za-z]")
+MAX_GLOSS_CHARS = 80
+"""Characters after a value in which its gloss must end."""
+_FUNCTION_WORDS = frozenset({"yes", "no", "not", "none", "other", "others", "all", "any", "and", "or", "the", "true", "false"})
+"""Glosses too common to stand for a value in a question ("是否 (是 yes, 否 no)": "no" is no mention of 否)."""
 
 
 def glossary_aliases(description: str, values: Sequence[str]) -> tuple[tuple[str, str], ...]:
@@ -155,7 +159,8 @@ def glossary_aliases(description: str, values: Sequence[str]) -> tuple[tuple[str
     A sidecar documents coded or Chinese values by what they mean: "prescription state (未缴费
     unpaid, 已缴费 paid, or 已发药 dispensed)". A question in English says "unpaid", and the
     query needs '未缴费'. A value counts when it appears in the description as a whole item and
-    is followed by one to four English words, up to the next comma, "or", or bracket.
+    is followed by one to four English words, up to the next comma, "or", or bracket, that are not
+    a function word ("yes", "no": :data:`_FUNCTION_WORDS`).
 
     >>> glossary_aliases("prescription state (未缴费 unpaid, 已缴费 paid, or 已发药 dispensed)", ["已发药", "已缴费", "未缴费"])
     (('未缴费', 'unpaid'), ('已缴费', 'paid'), ('已发药', 'dispensed'))
@@ -166,17 +171,19 @@ def glossary_aliases(description: str, values: Sequence[str]) -> tuple[tuple[str
     """
     out: list[tuple[str, str]] = []
     for value in sorted(set(values), key=len, reverse=True):  # the longest first: 主任医师 before 副主任医师's tail
-        if not value.strip() or value.isascii():
+        if not value.strip() or value.isascii() or value not in description:
             continue
-        for m in re.finditer(re.escape(value), description):
-            before = description[: m.start()]
-            if before and not re.search(r"[\s(:,]$", before):  # 主任医师 inside 副主任医师
-                continue
-            rest = description[m.end() :]
-            end = _GLOSS_END.search(rest)
-            gloss = rest[: end.start() if end else len(rest)].strip()
-            if _GLOSS.fullmatch(gloss) and 1 <= len(gloss.split()) <= 4 and not any(gloss == g for _, g in out):
-                out.append((value, gloss))
-                break
+        start = description.find(value)
+        while start >= 0:
+            end = start + len(value)
+            if start == 0 or description[start - 1] in " \t(:,，（：":  # not 主任医师 inside 副主任医师
+                window = min(len(description), end + MAX_GLOSS_CHARS)  # a gloss is a few words: never scan the rest
+                stop = _GLOSS_END.search(description, end, window)
+                gloss = description[end : stop.start() if stop else window].strip()
+                if (_GLOSS.fullmatch(gloss) and 1 <= len(gloss.split()) <= 4 and gloss.casefold() not in _FUNCTION_WORDS
+                        and all(gloss != g for _, g in out)):  # fmt: skip
+                    out.append((value, gloss))
+                    break
+            start = description.find(value, end)
     order = {v: description.find(v) for v, _ in out}
     return tuple(sorted(out, key=lambda p: order[p[0]]))

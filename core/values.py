@@ -672,13 +672,14 @@ class ValueIndex:
             cfg = ValueIndexConfig(**{k: v for k, v in dict(d.get("config", {})).items() if k in known})
             cols = [
                 IndexedColumn(str(c["table"]), str(c["column"]), tuple(str(v) for v in c["values"]), int(c["distinct"]),
-                              bool(c.get("capped")), tuple((str(v), str(a)) for v, a in c.get("aliases", ())))
+                              bool(c.get("capped")), _alias_pairs(c.get("aliases", ())))
                 for c in d["columns"]
             ]
             copies = {(str(t), str(c)): (str(rt), str(rc)) for t, c, rt, rc in d.get("copies", ())}
-        except (KeyError, TypeError, ValueError) as exc:
+            schema_words = [str(w) for w in d.get("schema_words", ())]
+        except (KeyError, TypeError, ValueError, OverflowError) as exc:
             raise DataError(f"malformed value index ({exc})", where=where) from exc
-        return cls(cols, cfg, (str(w) for w in d.get("schema_words", ())), copies)
+        return cls(cols, cfg, schema_words, copies)
 
     def save(self, path: str | Path) -> Path:
         """Write the index as JSON (atomically); returns the path."""
@@ -700,6 +701,20 @@ class ValueIndex:
         except (OSError, ValueError) as exc:
             raise DataError(f"unreadable value index ({exc})", where=p) from exc
         return cls.from_dict(d, where=p)
+
+
+def _alias_pairs(raw: Any) -> tuple[tuple[str, str], ...]:
+    """A column's "aliases" from a saved index: a list of ``[value, other name]`` string pairs.
+
+    Raises:
+        ValueError: an entry is not a pair of strings.
+    """
+    pairs = []
+    for entry in raw:
+        if not (isinstance(entry, (list, tuple)) and len(entry) == 2 and all(isinstance(x, str) for x in entry)):
+            raise ValueError(f"an alias must be a [value, other name] pair of strings, got {entry!r}")
+        pairs.append((entry[0], entry[1]))
+    return tuple(pairs)
 
 
 def schema_words_of(schema: Schema) -> frozenset[str]:
@@ -732,15 +747,29 @@ LAST_NAME = re.compile(r"last|surname|family|(^|_)姓$", re.IGNORECASE)
 
 
 def name_halves(columns: Sequence[str]) -> tuple[str, str] | None:
-    """``(first, last)``: the two columns a person's name is split over, else None.
+    """``(first, last)``: the two columns a person's name is split over, else None. The two must
+    be named alike around their first/last word (``BillingFirstName`` pairs with
+    ``BillingLastName``, not with ``ContactLastName``).
 
     >>> name_halves(["EmployeeID", "LastName", "FirstName", "Title"]), name_halves(["CompanyName"])
     (('FirstName', 'LastName'), None)
+    >>> name_halves(["BillingFirstName", "ContactLastName"]), name_halves(["first_name", "surname"])
+    (None, ('first_name', 'surname'))
     """
     names = [c for c in columns if NAME_COLUMN.search(c)]
     first = [c for c in names if FIRST_NAME.search(c)]
     last = [c for c in names if LAST_NAME.search(c) and c not in first]
-    return (first[0], last[0]) if first and last else None
+    for f in first:
+        for la in last:
+            if _name_key(FIRST_NAME.sub("", f)) == _name_key(LAST_NAME.sub("", la)):
+                return f, la
+    return None
+
+
+def _name_key(rest: str) -> str:
+    return re.sub(r"[\s_]|name", "", rest.casefold())
+
+
 _NAME_GAP = re.compile(r"[\s·・.]{0,2}")
 
 

@@ -139,8 +139,8 @@ def table_synonyms(table: Table) -> tuple[tuple[str, ...], tuple[str, ...]]:
             en += other_en
             zh += other_zh
             break
-    m = re.match(r"^\s*[\w ]+?\(([\w ]+)\)", table.description or "")
-    if m:
+    m = re.match(r"^\s*[\w ]+?\(\s*([A-Za-z]{3,}(?: [A-Za-z]+)*)\s*\)", table.description or "")
+    if m:  # words only: not "( )" or "(2019 catalogue)"
         en.append(m.group(1).strip())
     m = re.search(r"（([\u3400-\u9fff]{2,6})）", table.description_zh or "")
     if m:
@@ -156,6 +156,10 @@ GENERIC_HEADS = frozenset({"record", "item", "detail", "line", "entry", "list"})
 
 VAGUE_HEADS = frozenset({"info", "information", "data", "type", "log", "demo", "link", "map", "relation"})
 """English last words that leave a table without a short noun ("media type" is not called "media")."""
+
+_PHRASE_NAME = re.compile(r"\b(by|of|for|per|above|below|over|under|in|with|from|to)\b|\d")
+"""A name that is a phrase or a period (``SalesByYear``, ``ProductsAboveAveragePrice``, ``sales_2019``):
+its last word is no noun for the table."""
 
 GENERIC_HEADS_ZH = ("目录", "明细", "记录")
 """Chinese name endings no one uses alone for a table; what comes before is its noun (药品目录: 药品)."""
@@ -192,7 +196,7 @@ def short_nouns(tables: tuple[Table, ...]) -> dict[str, tuple[tuple[str, ...], t
             taken.setdefault(("en", w), set()).add(t.name)
         for z in (t.zh, *syn_zh):
             taken.setdefault(("zh", z), set()).add(t.name)
-        if len(words) >= 2 and words[-1] not in VAGUE_HEADS:
+        if len(words) >= 2 and words[-1] not in VAGUE_HEADS and not _PHRASE_NAME.search(" ".join(words)):
             rank, head = 0, list(words)
             while head and head[-1] in GENERIC_HEADS:
                 rank, head = 1, head[:-1]

@@ -41,6 +41,7 @@ character; so is one sqlglot cannot parse.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -174,7 +175,7 @@ def repair_sql(sql: str | None, schema: Schema, values: Sequence[ValueMatch] = (
             col.set("table", ident(spelled[new_q]))
             col.set("this", ident(columns_of[t].get(c, c)))
             repairs.append(ColumnRepair(before, written(col), "linked value"))
-    whole = _whole_name(tree, schema, qualifiers, question)
+    whole = _whole_name(tree, schema, question)
     if whole is not None:
         repairs.append(whole)
     if not repairs:
@@ -182,7 +183,11 @@ def repair_sql(sql: str | None, schema: Schema, values: Sequence[ValueMatch] = (
     return RepairedSQL(tree.sql(dialect="sqlite"), tuple(repairs))
 
 
-def _whole_name(tree: Any, schema: Schema, qualifiers: dict[str, str], question: str) -> ColumnRepair | None:
+_FIRST_WORDS = re.compile(r"first ?names?|given names?|forenames?|名字叫")
+_LAST_WORDS = re.compile(r"last ?names?|surnames?|family names?|姓氏|姓什么")
+
+
+def _whole_name(tree: Any, schema: Schema, question: str | None) -> ColumnRepair | None:
     """Rule 4 on ``tree`` (changed in place): a lone half of a split name becomes both halves."""
     from sqlglot import exp
 
@@ -191,9 +196,14 @@ def _whole_name(tree: Any, schema: Schema, qualifiers: dict[str, str], question:
     col = tree.expressions[0]
     if not isinstance(col, exp.Column) or col.args.get("db") is not None:
         return None
+    from_ = tree.args.get("from_") or tree.args.get("from")  # the key's name depends on sqlglot's version
+    sources = [from_.this if from_ is not None else None, *(j.this for j in tree.args.get("joins") or [])]
+    if not all(isinstance(x, exp.Table) for x in sources):
+        return None  # a subquery's columns are its own SELECT list's: LastName may not be there
+    outer = {x.alias_or_name.lower(): x.name.lower() for x in sources}
     q = col.table.lower()
-    tables = set(qualifiers.values())
-    table = qualifiers.get(q) if q else (next(iter(tables)) if len(tables) == 1 else None)
+    tables = set(outer.values())
+    table = outer.get(q) if q else (next(iter(tables)) if len(tables) == 1 else None)
     if table is None:
         return None
     t = next(t for t in schema.tables if t.name.lower() == table)
@@ -201,9 +211,10 @@ def _whole_name(tree: Any, schema: Schema, qualifiers: dict[str, str], question:
     if halves is None or col.name.lower() not in {h.lower() for h in halves}:
         return None
     asked = t.column(next(h for h in halves if h.lower() == col.name.lower()))
-    said = question.casefold()
-    if humanize(asked.name) in said or (len(asked.zh) >= 2 and asked.zh in said):
-        return None  # "What is Davolio's first name?" asks for the half
+    said = (question or "").casefold()
+    words = _FIRST_WORDS if asked.name == halves[0] else _LAST_WORDS
+    if humanize(asked.name) in said or (len(asked.zh) >= 2 and asked.zh in said) or words.search(said):
+        return None  # "What is Davolio's first name?", "Nancy's surname" ask for the half
     before = col.sql(dialect="sqlite")
     both = []
     for h in halves:

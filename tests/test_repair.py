@@ -127,6 +127,9 @@ def staff(tmp_path: Path):
          "SELECT e.FirstName, e.LastName FROM Employees AS e WHERE e.City = 'London'"),
         # the question asks for the half: kept
         ("What is King's first name?", "SELECT FirstName FROM Employees WHERE LastName = 'King'", None),
+        ("What is Nancy's surname?", "SELECT LastName FROM Employees WHERE FirstName = 'Nancy'", None),
+        # a subquery's columns are its own SELECT list's: LastName is not there
+        ("Who lives in London?", "SELECT FirstName FROM (SELECT FirstName FROM Employees WHERE City = 'London')", None),
         # more than one column, a group, an aggregate, another column: not a lone half
         ("Who?", "SELECT FirstName, City FROM Employees", None),
         ("Who?", "SELECT LastName FROM Employees GROUP BY LastName", None),
@@ -141,3 +144,9 @@ def test_a_lone_half_of_a_name_becomes_the_whole_name(staff, question: str, sql:
     assert [x.rule for x in r.repairs] == (["whole name"] if expected else [])
     if expected:
         assert rows(db, r.sql)[0] in {("Robert", "King"), ("Steven", "Buchanan")}
+
+
+def test_the_whole_name_rule_needs_no_question(staff) -> None:
+    schema, db = staff
+    r = repair_sql("SELECT FirstName FROM Employees WHERE City = 'Seattle'", schema, (), None)
+    assert rows(db, r.sql) == [("Nancy", "Davolio")]

@@ -199,3 +199,11 @@ def test_built_in_synonyms_need_the_table_to_be_that_thing() -> None:
     # a cryptic name is matched by its description's head (mz_yp: drugs), not by a modifier (prescription items)
     assert "medicine" in table_synonyms(hosp["mz_yp"])[0]
     assert table_synonyms(hosp["mz_cfmx"]) == ((), ())
+
+
+def test_a_name_that_is_a_phrase_or_a_period_has_no_short_noun() -> None:
+    # "price" must not name ProductsAboveAveragePrice, nor "year" SalesByYear
+    ts = tuple(Table(n, (Column("id"),)) for n in ("Products", "SalesByYear", "ProductsAboveAveragePrice", "sales_2019",
+                                                     "OutpatientVisits"))  # fmt: skip
+    assert short_nouns(ts) == {"OutpatientVisits": (("visit", "visits"), ())}
+    assert table_synonyms(Table("Track", (), description="tracks ( ) for sale")) == (("song", "songs"), ("歌曲",))

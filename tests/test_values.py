@@ -15,6 +15,7 @@ from data_pipeline.backends.registry import load_backend
 from data_pipeline.datasets import description_file, load_sample
 from core.errors import DataError
 from core.schema import introspect
+from core.value_aliases import glossary_aliases
 from core.values import ValueIndex, ValueIndexConfig, copy_columns, load_value_index, normalize
 
 INDEX = ValueIndex.from_values(
@@ -296,3 +297,15 @@ def test_values_glossed_by_their_description_are_found_by_the_gloss(tmp_path: Pa
     for c in d["columns"]:
         c.pop("aliases", None)
     assert ValueIndex.from_dict(d).lookup("How many prescriptions are still unpaid?") == []
+
+
+@pytest.mark.parametrize("aliases", [["ab"], [[None, None]], [["是", ["yes", "no"]]], [["a", "b", "c"]], 5])
+def test_a_malformed_alias_in_a_saved_index_is_a_data_error(aliases) -> None:
+    d = ValueIndex.from_values({("t", "c"): ["是"]}).to_dict()
+    d["columns"][0]["aliases"] = aliases
+    with pytest.raises(DataError, match="malformed value index"):
+        ValueIndex.from_dict(d)
+
+
+def test_a_gloss_that_is_a_function_word_is_no_alias() -> None:
+    assert glossary_aliases("flag (是 yes, 否 no, 未知 unknown)", ["是", "否", "未知"]) == (("未知", "unknown"),)
