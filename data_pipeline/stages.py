@@ -45,7 +45,7 @@ from data_pipeline.paraphrase import Paraphraser
 from data_pipeline.relations import Verb, agent_verb, agent_verbs, is_event, is_person, short_nouns, table_synonyms
 from core.samples import Entity, Sample
 from core.schema import Schema, Table, humanize
-from core.values import FIRST_NAME, LAST_NAME, NAME_COLUMN
+from core.values import name_halves
 from data_pipeline.templates import (
     AGG_WORDS,
     FAMILIES_BY_SCOPE,
@@ -265,10 +265,9 @@ def answer_columns(ctx: StageContext, table: str) -> tuple[str, ...]:
     """
     prof = ctx.profiles[table]
     names = [c for c in prof.names if (table, c) not in ctx.copy_columns]
-    first = [c for c in names if FIRST_NAME.search(c)]
-    last = [c for c in names if LAST_NAME.search(c)]
-    if first and last:
-        return first[0], last[0]
+    halves = name_halves(names)
+    if halves is not None:
+        return halves
     if names:
         return (names[0],)
     named = [c for c in prof.descriptive if _NAME_LIKE.search(c) and (table, c) not in ctx.copy_columns]
@@ -873,20 +872,17 @@ def _full_name(ctx: StageContext, entity: Entity, asked: Sequence[str | None] = 
     no half of a name split over two columns of its table, the other half is among the
     ``asked`` columns (the whole name would give the answer away), or that half names more than
     one person (then the gold query's filter on the half would not be the person meant)."""
-    table = ctx.schema.table(entity.table)
-    names = [c.name for c in table.columns if NAME_COLUMN.search(c.name)]
-    first = [c for c in names if FIRST_NAME.search(c)]
-    last = [c for c in names if LAST_NAME.search(c) and c not in first]
-    if not first or not last or entity.column not in (first[0], last[0]) or not isinstance(entity.value, str):
+    halves = name_halves([c.name for c in ctx.schema.table(entity.table).columns])
+    if halves is None or entity.column not in halves or not isinstance(entity.value, str):
         return None
-    other = last[0] if entity.column == first[0] else first[0]
+    other = halves[1] if entity.column == halves[0] else halves[0]
     if other in asked:
         return None
     got = ctx.backend.distinct_values(ctx.graph, JoinPath(entity.table, (), entity.table), (0, other),
                                       [Condition(0, entity.column, "=", entity.value)])  # fmt: skip
     if len(got) != 1 or not isinstance(got[0], str) or not got[0].strip():
         return None
-    given, family = (entity.value, got[0]) if entity.column == first[0] else (got[0], entity.value)
+    given, family = (entity.value, got[0]) if entity.column == halves[0] else (got[0], entity.value)
     return f"{family}{given}" if _CJK.search(given + family) else f"{given} {family}"
 
 
