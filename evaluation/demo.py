@@ -4,7 +4,9 @@ Steps (each is also its own command; their outputs land in ``--out``):
 
 1. ``python -m data_pipeline.build``     -> ``OUT/data``         generated questions, paths, gold SQL, value index
 2. ``python -m router.train_sft``        -> ``OUT/router_sft``   SFT router (anchor/via/target + value head)
-3. ``python -m router.train_ppo``        -> ``OUT/router_ppo``   PPO router, actor and critic from SFT;
+3. ``python -m router.train_ppo``        -> ``OUT/router_ppo``   PPO router, actor and critic from SFT, also trained
+                                                              on the sample's question log, whose routes a
+                                                              language model scored (no gold routes needed);
    ``python -m router.calibrate``                              both routers' confidence calibrated on the sample's
                                                               human-written development questions (when it has them)
 4. ``python -m generator.train_sft``     -> ``OUT/gen_sft``      generator warm start on gold SQL (LoRA)
@@ -39,6 +41,14 @@ from core.io import ensure_writable_dir, write_json
 DEV_SETS = Path(__file__).with_name("dev_sets")
 """The sample databases' development questions (written for tuning; never an evaluation set)."""
 
+JUDGED_LOGS = Path(__file__).resolve().parent.parent / "data_pipeline" / "unlabelled" / "judged"
+"""The sample databases' question logs for training only, each route scored by the language-model
+judge (``python -m generator.judge``); never evaluation questions."""
+
+JUDGED_PPO = ["--unlabelled-ratio", "0.75", "--actor-lr", "3e-5", "--anneal-lr", "False"]
+"""PPO settings with a judged question log (docs/results/ppo.md): three episodes in four on the
+log, a constant actor learning rate."""
+
 
 @dataclass
 class DemoConfig:
@@ -56,8 +66,10 @@ class DemoConfig:
     """Base generator: a built-in name or a causal-LM directory; empty skips every SQL step."""
     sft_epochs: int = 8
     """Router SFT epochs at most (early stopping on validation)."""
-    ppo_updates: int = 12
-    """Router PPO updates (0 skips PPO)."""
+    ppo_updates: int = 72
+    """Router PPO updates (0 skips PPO). 72 with the judged question log: about 6 minutes on 2 cores."""
+    ppo_questions: str = "auto"
+    """Questions without gold routes that PPO also trains on, paid by the label-free reward and the language model's scores of their routes when the file has them (python -m generator.judge writes such a file); auto: the sample's judged question log when it has one (Northwind, Chinook, hospital), none: the generated questions only."""
     gen_sft_steps: int = 60
     """Generator warm-start steps (batches of --gen-batch-size gold answers; 0 skips generator training). 60 steps see about half of Northwind's training questions; after 30 (a quarter) the GRPO generator answered 22 of 48 generated test questions right, after 60 it answered 29."""
     gen_batch_size: int = 8
@@ -132,9 +144,11 @@ def run_demo(cfg: DemoConfig) -> dict:
                                          *threads])  # fmt: skip
     methods, routers = ["retrieval", "sft"], ["--sft-router", str(sft)]
     if cfg.ppo_updates > 0:
+        log = ppo_question_file(cfg)
+        unlabelled = ["--unlabelled", str(log), *JUDGED_PPO] if log is not None else []
         step("router PPO", train_ppo.main, ["--init", str(sft), "--data", str(data), "--out", str(ppo),
                                              "--total-updates", str(cfg.ppo_updates), "--seed", str(cfg.seed),
-                                             *quiet, *threads])  # fmt: skip
+                                             *unlabelled, *quiet, *threads])  # fmt: skip
         methods.append("ppo")
         routers += ["--ppo-router", str(ppo)]
     calibration = calibration_file(cfg)
@@ -224,6 +238,25 @@ def calibration_file(cfg: DemoConfig) -> Path | None:
     path = Path(choice)
     if not path.is_file():
         raise ConfigError("file not found", where=f"--calibration-questions {choice}")
+    return path
+
+
+def ppo_question_file(cfg: DemoConfig) -> Path | None:
+    """The question log PPO trains on beside the generated questions: ``--ppo-questions``, or with
+    ``auto`` the sample database's judged log (:data:`JUDGED_LOGS`) when there is one.
+
+    Raises:
+        ConfigError: a file given by path that does not exist.
+    """
+    choice = cfg.ppo_questions
+    if choice == "none":
+        return None
+    if choice == "auto":
+        log = JUDGED_LOGS / f"{cfg.db}.jsonl"
+        return log if log.is_file() else None
+    path = Path(choice)
+    if not path.is_file():
+        raise ConfigError("file not found", where=f"--ppo-questions {choice}")
     return path
 
 
