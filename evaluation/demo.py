@@ -21,8 +21,8 @@ database values the question names, and its FROM ... JOIN clause is forced to th
 (route-constrained decoding); its column references are repaired before each query runs
 (generator.repair). ``python -m generator.ask --router OUT/router_ppo --generator
 OUT/generator "question"`` then answers questions with the trained chain. The budgets are the
-options below; measured wall times are in the project's docs/results/e2e.md (about 15 minutes
-on 2 idle cores).
+options below; measured wall times are in the project's docs/results/e2e.md (15 to 32 minutes
+on 2 cores, depending on how busy the machine is).
 """
 
 from __future__ import annotations
