@@ -229,16 +229,7 @@ def calibration_file(cfg: DemoConfig) -> Path | None:
     Raises:
         ConfigError: a file given by path that does not exist.
     """
-    choice = cfg.calibration_questions
-    if choice == "none":
-        return None
-    if choice == "auto":
-        dev = DEV_SETS / f"{cfg.db}.jsonl"
-        return dev if dev.is_file() else None
-    path = Path(choice)
-    if not path.is_file():
-        raise ConfigError("file not found", where=f"--calibration-questions {choice}")
-    return path
+    return _chosen_file(cfg.calibration_questions, DEV_SETS / f"{cfg.db}.jsonl", "--calibration-questions")
 
 
 def ppo_question_file(cfg: DemoConfig) -> Path | None:
@@ -248,15 +239,22 @@ def ppo_question_file(cfg: DemoConfig) -> Path | None:
     Raises:
         ConfigError: a file given by path that does not exist.
     """
-    choice = cfg.ppo_questions
+    return _chosen_file(cfg.ppo_questions, JUDGED_LOGS / f"{cfg.db}.jsonl", "--ppo-questions")
+
+
+def _chosen_file(choice: str, auto: Path, option: str) -> Path | None:
+    """``none`` -> None; ``auto`` -> ``auto`` when that file exists, else None; else the path given.
+
+    Raises:
+        ConfigError: a path given that is not a file, naming ``option``.
+    """
     if choice == "none":
         return None
     if choice == "auto":
-        log = JUDGED_LOGS / f"{cfg.db}.jsonl"
-        return log if log.is_file() else None
+        return auto if auto.is_file() else None
     path = Path(choice)
     if not path.is_file():
-        raise ConfigError("file not found", where=f"--ppo-questions {choice}")
+        raise ConfigError("file not found", where=f"{option} {choice}")
     return path
 
 
