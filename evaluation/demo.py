@@ -67,9 +67,9 @@ class DemoConfig:
     sft_epochs: int = 8
     """Router SFT epochs at most (early stopping on validation)."""
     ppo_updates: int = 72
-    """Router PPO updates (0 skips PPO). 72 with the judged question log: about 6 minutes on 2 cores."""
+    """Router PPO updates (0 skips PPO). 72 take about 6 minutes on 2 cores."""
     ppo_questions: str = "auto"
-    """Questions without gold routes that PPO also trains on, paid by the label-free reward and the language model's scores of their routes when the file has them (python -m generator.judge writes such a file); auto: the sample's judged question log when it has one (Northwind, Chinook, hospital), none: the generated questions only."""
+    """A file of questions without gold routes (your users' questions, one {"question": ...} per line) that PPO also trains on. Their routes are paid by rules that need no labels, or by a language model's scores once python -m generator.judge has added them to the file. auto: the sample's own scored file when it has one (Northwind, Chinook, hospital); none: the generated questions only."""
     gen_sft_steps: int = 60
     """Generator warm-start steps (batches of --gen-batch-size gold answers; 0 skips generator training). 60 steps see about half of Northwind's training questions; after 30 (a quarter) the GRPO generator answered 22 of 48 generated test questions right, after 60 it answered 29."""
     gen_batch_size: int = 8
