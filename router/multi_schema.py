@@ -14,12 +14,48 @@ from typing import Any
 
 import torch
 
-from core.errors import DataError
+from core.errors import ConfigError, DataError
 from core.graph import JoinPath, SchemaGraph
 from core.samples import Sample
 from rewards.router import RewardConfig
 from router.calibration import fit_temperature
 from router.evaluate import path_metrics
+
+
+def question_logs(log: Path | None, folders: Sequence[Path], option: str = "--unlabelled") -> list[Path | None]:
+    """The question log of each data set folder: ``log`` itself for one data set; for several,
+    ``log/<data set folder name>.jsonl`` (None for a data set without one). ``option`` is
+    the command-line option that gave ``log``, named in errors (``router.train_ppo
+    --unlabelled``, ``router.train_sft --pseudo-labels``).
+
+    Raises:
+        ConfigError: one data set and ``log`` is a folder; several data sets and
+            ``log`` is not a folder, holds no log named after any of them, or holds a
+            ``<name>.jsonl`` that is not a regular file.
+    """
+    if log is None:
+        return [None] * len(folders)
+    if len(folders) == 1:
+        if Path(log).is_dir():
+            raise ConfigError(
+                f"{log} is a folder, but --data is one data set: give its question log file "
+                f"(a folder of <data set folder name>.jsonl logs goes with a --data folder of several data sets)",
+                where=option,
+            )
+        return [Path(log)]
+    d = Path(log)
+    if not d.is_dir():
+        raise ConfigError(
+            f"with {len(folders)} data sets {option} is a folder holding <data set folder name>.jsonl "
+            f"(e.g. {folders[0].name}.jsonl), got {d}",
+            where=option,
+        )
+    logs = [d / f"{f.name}.jsonl" for f in folders]
+    if odd := [p for p in logs if p.exists() and not p.is_file()]:
+        raise ConfigError(f"{odd[0]} is not a regular file (a question log is a JSONL file)", where=option)
+    if not any(p.is_file() for p in logs):
+        raise ConfigError(f"{d} holds no question log named after a data set (e.g. {folders[0].name}.jsonl)", where=option)
+    return [p if p.is_file() else None for p in logs]
 
 
 def fit_temperature_pooled(log_probs: Sequence[torch.Tensor], gold: Sequence[torch.Tensor]) -> float:

@@ -120,7 +120,7 @@ from router.curves import plot_ppo_curve
 from router.evaluate import format_table, path_metrics
 from router.checkpoint import RouterCheckpointConfig, SchemaRecord
 from router.model import PathSpace, RouterModel, check_question_lengths
-from router.multi_schema import data_set_folders, fit_temperature_pooled, pooled_metrics, require_distinct_names
+from router.multi_schema import data_set_folders, fit_temperature_pooled, pooled_metrics, question_logs, require_distinct_names
 from router.policy import RouterPolicy
 from router.route import Router
 from router.ppo_checkpoint import STATE_FILE, TrainerState, load_checkpoint, save_checkpoint
@@ -383,40 +383,6 @@ class PPOPart:
         return self.encoded[name]
 
 
-def unlabelled_logs(unlabelled: Path | None, folders: Sequence[Path]) -> list[Path | None]:
-    """The question log of each data set folder: ``unlabelled`` itself for one data set; for several,
-    ``unlabelled/<data set folder name>.jsonl`` (None for a data set without one).
-
-    Raises:
-        ConfigError: one data set and ``unlabelled`` is a folder; several data sets and
-            ``unlabelled`` is not a folder, holds no log named after any of them, or holds a
-            ``<name>.jsonl`` that is not a regular file.
-    """
-    if unlabelled is None:
-        return [None] * len(folders)
-    if len(folders) == 1:
-        if Path(unlabelled).is_dir():
-            raise ConfigError(
-                f"{unlabelled} is a folder, but --data is one data set: give its question log file "
-                f"(a folder of <data set folder name>.jsonl logs goes with a --data folder of several data sets)",
-                where="--unlabelled",
-            )
-        return [Path(unlabelled)]
-    d = Path(unlabelled)
-    if not d.is_dir():
-        raise ConfigError(
-            f"with {len(folders)} data sets --unlabelled is a folder holding <data set folder name>.jsonl "
-            f"(e.g. {folders[0].name}.jsonl), got {d}",
-            where="--unlabelled",
-        )
-    logs = [d / f"{f.name}.jsonl" for f in folders]
-    if odd := [p for p in logs if p.exists() and not p.is_file()]:
-        raise ConfigError(f"{odd[0]} is not a regular file (a question log is a JSONL file)", where="--unlabelled")
-    if not any(p.is_file() for p in logs):
-        raise ConfigError(f"{d} holds no question log named after a data set (e.g. {folders[0].name}.jsonl)", where="--unlabelled")
-    return [p if p.is_file() else None for p in logs]
-
-
 def schema_for_update(sizes: Sequence[int], update: int, seed: int) -> int:
     """Which part rolls out update ``update`` (1-based): drawn in proportion to ``sizes`` (each
     part's training questions, labelled and unlabelled), so every training question is as likely
@@ -532,7 +498,7 @@ def train(cfg: PPOConfig) -> PPOResult:
     # ---- policy (actor and critic from SFT, or from the checkpoint being resumed), then per data set:
     #      its schema's policy over the one network, encoded questions, envs and rollout buffer
     folders = data_set_folders(cfg.data)
-    logs = unlabelled_logs(cfg.unlabelled, folders)
+    logs = question_logs(cfg.unlabelled, folders, option="--unlabelled")
     ckpt_dir, log_dir = cfg.checkpoint_path, cfg.log_path
     refuse_overlap(
         {"--out": cfg.out, "--checkpoint-dir": ckpt_dir, "--log-dir": log_dir},

@@ -9,7 +9,8 @@ prefix (teacher forcing; the three terms sum to the path's negative log-likeliho
 
 ``w_h,i`` is a class-balancing weight, ``(n / (K * count(class)))^class_balance`` over the
 training labels of head ``h``; a sample whose gold via is not null has its via weight
-multiplied by ``via_nonnull_weight`` (10x, SPEC section 4). The value head regresses the exact
+multiplied by ``via_nonnull_weight`` (10x, SPEC section 4), and a pseudo-labelled question from
+``--pseudo-labels`` (:mod:`router.pseudo_labels`) has all three multiplied by ``pseudo_weight``. The value head regresses the exact
 expected reward (:func:`rewards.router.path_reward_components`) of the current policy, on
 detached features, and is calibrated again on the final policy after early stopping, so PPO's
 critic starts from SFT (seed 002: a random critic destroyed the actor).
@@ -73,7 +74,8 @@ from router.model import PathSpace, RouterModel
 from router.policy import PathDistribution, RouterPolicy
 from router.checkpoint import RouterCheckpointConfig
 from router import sft_resume
-from router.multi_schema import data_set_folders, fit_temperature_pooled, pooled_metrics, require_distinct_names
+from router.multi_schema import data_set_folders, fit_temperature_pooled, pooled_metrics, question_logs, require_distinct_names
+from router.pseudo_labels import PSEUDO_TEMPLATE_ID, pseudo_labelled_samples
 from router.sft_data import EncodedSplit, RewardTable, encode_split, lr_lambda, predict_split, split_log_probs
 
 
@@ -139,6 +141,12 @@ class SFTConfig:
     """Write TensorBoard events."""
     progress: bool = True
     """Show progress: a bar on a terminal, a line a minute with the rate and time left in a log file."""
+    pseudo_labels: Path | None = None
+    """A question log judged by python -m generator.judge (with several data sets: a folder of <data set folder name>.jsonl logs). Each question whose best judged route has p >= --pseudo-min-p is added to the training questions, labelled with that route."""
+    pseudo_min_p: float = 0.6
+    """Least judge probability of a question's best route for it to be trained on (with --pseudo-labels)."""
+    pseudo_weight: float = 3.0
+    """Loss weight of each judged question relative to a generated one (with --pseudo-labels)."""
     eval_splits: tuple[str, ...] = ("validation", "test", "test_heldout", "human")
     """Splits evaluated with the final model (those present in the data); human-written questions are evaluated, never trained on."""
     reward: RewardConfig = field(default_factory=RewardConfig)
@@ -158,6 +166,10 @@ class SFTConfig:
                 raise ConfigError(f"must be a finite number >= 0, got {getattr(self, name)}", where=name)
         if self.via_nonnull_weight < 1:
             raise ConfigError(f"must be >= 1, got {self.via_nonnull_weight}", where="via_nonnull_weight")
+        if not 0.0 <= self.pseudo_min_p <= 1.0:
+            raise ConfigError(f"must be in [0, 1], got {self.pseudo_min_p}", where="pseudo_min_p")
+        if not (math.isfinite(self.pseudo_weight) and self.pseudo_weight > 0):
+            raise ConfigError(f"must be a finite number > 0, got {self.pseudo_weight}", where="pseudo_weight")
         if self.class_balance < 0:
             raise ConfigError(f"must be >= 0, got {self.class_balance}", where="class_balance")
         if self.init is not None and self.encoder != DEFAULT_ENCODER:
@@ -360,6 +372,7 @@ class SchemaPart:
         reward_table: rewards of its legal paths against its gold paths.
         train, val: its encoded training and validation splits.
         weights: per-head ``(n_train,)`` loss weights (class balance within this schema, via 10x).
+        n_pseudo: pseudo-labelled questions among ``train`` (``--pseudo-labels``; they come last).
     """
 
     ds: BuiltDataset
@@ -369,19 +382,23 @@ class SchemaPart:
     train: EncodedSplit
     val: EncodedSplit
     weights: dict[str, torch.Tensor]
+    n_pseudo: int = 0
 
     @property
     def name(self) -> str:
         return self.ds.schema.name
 
 
-def _load_part(cfg: SFTConfig, folder: Path, model: RouterModel | None) -> SchemaPart:
-    """Load and encode one data set; a fresh network (``cfg``) when ``model`` is None, else that one shared."""
+def _load_part(cfg: SFTConfig, folder: Path, model: RouterModel | None, pseudo_log: Path | None = None) -> SchemaPart:
+    """Load and encode one data set; a fresh network (``cfg``) when ``model`` is None, else that one shared.
+    ``pseudo_log``: its judged question log, whose pseudo-labelled questions join the training split."""
     ds = load_dataset(folder)
     samples_file = str(folder / "samples.jsonl")
     train_samples = ds.split("train")
     if cfg.max_train_samples > 0:
         train_samples = train_samples[: cfg.max_train_samples]
+    pseudo = [] if pseudo_log is None else pseudo_labelled_samples(pseudo_log, ds.graph, ds.schema.name, cfg.pseudo_min_p)
+    train_samples = train_samples + pseudo
     val_samples = ds.split("validation")
     if not train_samples:
         raise DataError("no samples in split 'train'", where=samples_file)
@@ -399,7 +416,10 @@ def _load_part(cfg: SFTConfig, folder: Path, model: RouterModel | None) -> Schem
     weights["via"] = weights["via"] * torch.tensor(
         [cfg.via_nonnull_weight if s.path.via else 1.0 for s in train_samples]
     )
-    return SchemaPart(ds, samples_file, policy, reward_table, train_set, val_set, weights)
+    if pseudo:
+        judged = torch.tensor([cfg.pseudo_weight if s.template_id == PSEUDO_TEMPLATE_ID else 1.0 for s in train_samples])
+        weights = {head: w * judged for head, w in weights.items()}
+    return SchemaPart(ds, samples_file, policy, reward_table, train_set, val_set, weights, len(pseudo))
 
 
 def epoch_batches(sizes: Sequence[int], batch_size: int, gen: torch.Generator) -> list[tuple[int, list[int]]]:
@@ -446,8 +466,8 @@ def train(cfg: SFTConfig) -> SFTResult:
     resume_from = sft_resume.find_epoch_state(log_dir, cfg.to_dict(), cfg.resume)
 
     parts: list[SchemaPart] = []
-    for folder in folders:
-        parts.append(_load_part(cfg, folder, parts[0].policy.model if parts else None))
+    for folder, log in zip(folders, question_logs(cfg.pseudo_labels, folders, option="--pseudo-labels"), strict=True):
+        parts.append(_load_part(cfg, folder, parts[0].policy.model if parts else None, log))
     require_distinct_names([p.name for p in parts], folders, cfg.data)
     policy = parts[0].policy
     model = policy.model
@@ -603,13 +623,16 @@ def train(cfg: SFTConfig) -> SFTResult:
     for part in parts:
         part.policy.eval()
     eval_doc = final | {"value": value_report}
+    if cfg.pseudo_labels is not None:
+        eval_doc["pseudo_labelled"] = {p.name: p.n_pseudo for p in parts}
     checkpoint = RouterCheckpointConfig.for_graphs(
         model.config, [p.ds.graph for p in parts], multi=multi, data=[str(f) for f in folders] if multi else (),
         values=None if multi else parts[0].ds.values, temperature=round(temperature, 4), training=cfg.to_dict(),
         metrics={k: {m: v[m] for m in ("n", "anchor_acc", "via_acc", "target_acc", "full_path_acc", "ece") if m in v}
                  for k, v in final.items()} | {"value": value_report},
         extra={"best_epoch": best_epoch, "timing_s": {"encode": round(t_encoded, 2), "train": round(t_train, 2),
-               "cpu": round(time.process_time() - c0, 2), "threads": torch.get_num_threads()}},
+               "cpu": round(time.process_time() - c0, 2), "threads": torch.get_num_threads()},
+               "pseudo_labelled": {p.name: p.n_pseudo for p in parts} if cfg.pseudo_labels is not None else None},
     )  # fmt: skip
     out = model.save_pretrained(cfg.out, checkpoint, files={"eval.json": eval_doc})
     write_jsonl(out / "metrics.jsonl", history)
@@ -624,7 +647,9 @@ def main(args: Sequence[str] | None = None) -> SFTResult:
     cfg = parse(SFTConfig, args, description=__doc__.split("\n\n")[0] if __doc__ else None)
     result = train(cfg)
     for name, m in result.metrics.items():
-        if name != "value":
+        if name == "pseudo_labelled":
+            print("pseudo-labelled training questions: " + ", ".join(f"{k} {v}" for k, v in m.items()))
+        elif name != "value":
             print(format_table(m, title=f"== {name} =="))
     print(json.dumps(result.metrics["value"]))
     print(f"saved {result.out} (best epoch {result.best_epoch}, {result.wall_s:.1f} s)")

@@ -12,7 +12,8 @@ import torch
 
 from core.errors import CheckpointError, ConfigError
 from router.model import RouterModel
-from router.train_ppo import PPOConfig, schema_for_update, train, unlabelled_logs
+from router.multi_schema import question_logs
+from router.train_ppo import PPOConfig, schema_for_update, train
 from router.train_sft import SFTConfig
 from router.train_sft import train as train_sft
 from tests.test_train_ppo import _assert_same_run
@@ -119,13 +120,13 @@ def test_multi_schema_resume_equals_straight_run(two_schemas, tmp_path):
 def test_unlabelled_logs_are_a_folder_named_by_data_set(two_schemas, tmp_path):
     folders = [two_schemas["data"] / "school", two_schemas["data"] / "shop"]
     with pytest.raises(ConfigError, match=r"--unlabelled: with 2 data sets --unlabelled is a folder holding <data set folder name>.jsonl \(e.g. school.jsonl\)"):
-        unlabelled_logs(FIXTURE, folders)
+        question_logs(FIXTURE, folders)
     (tmp_path / "logs").mkdir()
     with pytest.raises(ConfigError, match=r"holds no question log named after a data set"):
-        unlabelled_logs(tmp_path / "logs", folders)
+        question_logs(tmp_path / "logs", folders)
     shutil.copy(FIXTURE, tmp_path / "logs" / "shop.jsonl")
-    assert unlabelled_logs(tmp_path / "logs", folders) == [None, tmp_path / "logs" / "shop.jsonl"]
-    assert unlabelled_logs(FIXTURE, folders[1:]) == [FIXTURE]
+    assert question_logs(tmp_path / "logs", folders) == [None, tmp_path / "logs" / "shop.jsonl"]
+    assert question_logs(FIXTURE, folders[1:]) == [FIXTURE]
     # the shop's updates mix its log in; the school's have no unlabelled questions
     train(multi_config(two_schemas, tmp_path / "ppo", unlabelled=tmp_path / "logs", unlabelled_ratio=0.5, n_steps=8,
                        minibatch_size=16, total_updates=4, eval_splits=("validation",)))  # fmt: skip
@@ -146,10 +147,10 @@ def test_odd_data_and_log_folders_are_named_not_skipped(two_schemas, tmp_path):
 
     folders = [two_schemas["data"] / "school", two_schemas["data"] / "shop"]
     with pytest.raises(ConfigError, match=r"--unlabelled: .* is a folder, but --data is one data set: give its question log file"):
-        unlabelled_logs(tmp_path, folders[1:])
+        question_logs(tmp_path, folders[1:])
     (tmp_path / "logs" / "shop.jsonl").mkdir(parents=True)
     with pytest.raises(ConfigError, match=r"logs/shop.jsonl is not a regular file"):
-        unlabelled_logs(tmp_path / "logs", folders)
+        question_logs(tmp_path / "logs", folders)
     (tmp_path / "sets" / "a" / "schema.json").mkdir(parents=True)
     with pytest.raises(DataError, match=r"a/schema.json: not a regular file"):
         data_set_folders(tmp_path / "sets")
