@@ -1,4 +1,4 @@
-"""The one-command demo's choices of inputs: which questions PPO trains on beside the generated ones."""
+"""The one-command demo's choices of inputs: which questions SFT and PPO train on beside the generated ones."""
 
 from __future__ import annotations
 
@@ -29,23 +29,30 @@ class _Stop(Exception):
     pass
 
 
-@pytest.mark.parametrize(("db", "judged"), [("northwind", True), ("projects", False)])
-def test_the_demo_passes_the_log_and_its_settings_to_ppo(db: str, judged: bool, tmp_path: Path,
-                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize(("db", "judged", "pseudo"), [("northwind", True, True), ("northwind", True, False),
+                                                     ("projects", False, True)])
+def test_the_demo_passes_the_log_and_its_settings_to_sft_and_ppo(db: str, judged: bool, pseudo: bool, tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     from data_pipeline import build
     from router import train_ppo, train_sft
 
     seen: list[list[str]] = []
+    sft_seen: list[list[str]] = []
 
     def ppo_main(argv: list[str]) -> None:
         seen.append(argv)
         raise _Stop
 
     monkeypatch.setattr(build, "main", lambda argv: None)
-    monkeypatch.setattr(train_sft, "main", lambda argv: None)
+    monkeypatch.setattr(train_sft, "main", sft_seen.append)
     monkeypatch.setattr(train_ppo, "main", ppo_main)
     with pytest.raises(_Stop):
-        run_demo(DemoConfig(db=db, out=str(tmp_path / "demo"), progress=False))
+        run_demo(DemoConfig(db=db, out=str(tmp_path / "demo"), progress=False, sft_pseudo_labels=pseudo))
+    (sft_argv,) = sft_seen
+    if judged and pseudo:
+        assert sft_argv[sft_argv.index("--pseudo-labels") + 1] == str(JUDGED_LOGS / f"{db}.jsonl")
+    else:
+        assert "--pseudo-labels" not in sft_argv
     (argv,) = seen
     assert argv[argv.index("--total-updates") + 1] == "72"
     if judged:
