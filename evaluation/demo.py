@@ -3,9 +3,9 @@
 Steps (each is also its own command; their outputs land in ``--out``):
 
 1. ``python -m data_pipeline.build``     -> ``OUT/data``         generated questions, paths, gold SQL, value index
-2. ``python -m router.train_sft``        -> ``OUT/router_sft``   SFT router (anchor/via/target + value head), also
-                                                              trained on the question log's scored routes
-                                                              (pseudo-labels, p >= 0.6)
+2. ``python -m router.train_sft``        -> ``OUT/router_sft``   SFT router (anchor/via/target + value head); with
+                                                              --sft-pseudo-labels also on the question log's
+                                                              scored routes (pseudo-labels, p >= 0.6)
 3. ``python -m router.train_ppo``        -> ``OUT/router_ppo``   PPO router, actor and critic from SFT, also trained
                                                               on the sample's question log, whose routes a
                                                               language model scored (no gold routes needed);
@@ -68,12 +68,12 @@ class DemoConfig:
     """Base generator: a built-in name or a causal-LM directory; empty skips every SQL step."""
     sft_epochs: int = 8
     """Router SFT epochs at most (early stopping on validation)."""
-    sft_pseudo_labels: bool = True
-    """Also train the SFT router on the questions of the --ppo-questions file whose best route the language model scored p >= 0.6, labelled with that route (self-training; an unscored file adds nothing)."""
+    sft_pseudo_labels: bool = False
+    """Also train the SFT router on the questions of the --ppo-questions file whose best route the language model scored p >= 0.6, labelled with that route (an unscored file adds nothing). It makes the SFT router better on human-written questions, but PPO after it then loses some of that gain, so it is off by default."""
     ppo_updates: int = 72
     """Router PPO updates (0 skips PPO). 72 take about 6 minutes on 2 cores."""
     ppo_questions: str = "auto"
-    """A file of questions without gold routes (your users' questions, one {"question": ...} per line) that PPO also trains on. Their routes are paid by rules that need no labels, or by a language model's scores once python -m generator.judge has added them to the file (then SFT trains on them too, see --sft-pseudo-labels). auto: the sample's own scored file when it has one (Northwind, Chinook, hospital); none: the generated questions only."""
+    """A file of questions without gold routes (your users' questions, one {"question": ...} per line) that PPO also trains on. Their routes are paid by rules that need no labels, or by a language model's scores once python -m generator.judge has added them to the file (--sft-pseudo-labels then trains SFT on them too). auto: the sample's own scored file when it has one (Northwind, Chinook, hospital); none: the generated questions only."""
     gen_sft_steps: int = 60
     """Generator warm-start steps (batches of --gen-batch-size gold answers; 0 skips generator training). 60 steps see about half of Northwind's training questions; after 30 (a quarter) the GRPO generator answered 22 of 48 generated test questions right, after 60 it answered 29."""
     gen_batch_size: int = 8
