@@ -623,8 +623,9 @@ def train(cfg: SFTConfig) -> SFTResult:
     for part in parts:
         part.policy.eval()
     eval_doc = final | {"value": value_report}
-    if cfg.pseudo_labels is not None:
-        eval_doc["pseudo_labelled"] = {p.name: p.n_pseudo for p in parts}
+    n_pseudo = {p.name: p.n_pseudo for p in parts} if cfg.pseudo_labels is not None else None
+    if n_pseudo is not None:
+        eval_doc["pseudo_labelled"] = n_pseudo
     checkpoint = RouterCheckpointConfig.for_graphs(
         model.config, [p.ds.graph for p in parts], multi=multi, data=[str(f) for f in folders] if multi else (),
         values=None if multi else parts[0].ds.values, temperature=round(temperature, 4), training=cfg.to_dict(),
@@ -632,7 +633,7 @@ def train(cfg: SFTConfig) -> SFTResult:
                  for k, v in final.items()} | {"value": value_report},
         extra={"best_epoch": best_epoch, "timing_s": {"encode": round(t_encoded, 2), "train": round(t_train, 2),
                "cpu": round(time.process_time() - c0, 2), "threads": torch.get_num_threads()},
-               "pseudo_labelled": {p.name: p.n_pseudo for p in parts} if cfg.pseudo_labels is not None else None},
+               "pseudo_labelled": n_pseudo},
     )  # fmt: skip
     out = model.save_pretrained(cfg.out, checkpoint, files={"eval.json": eval_doc})
     write_jsonl(out / "metrics.jsonl", history)
