@@ -1,0 +1,137 @@
+"""Score ``python -m generator.ask --file`` answers against questions with gold SQL and routes.
+
+Both files are JSONL. The questions file is in the format of ``data_pipeline/human/*.jsonl`` and
+``evaluation/dev_sets/*.jsonl`` (``question``, ``sql``, optionally ``path`` and ``language``); the
+answers file is what ``generator.ask --file Q --out A`` wrote for it, line for line. Each answer's
+SQL and its gold SQL are run again read-only on the database and compared by the Spider
+test-suite rule (rows as a multiset; in order only when the gold query has ORDER BY).
+
+    python -m generator.ask --router R --generator G --file evaluation/dev_sets/northwind.jsonl --out A.jsonl
+    python examples/score_answers.py --questions evaluation/dev_sets/northwind.jsonl --answers A.jsonl \\
+        --db northwind [--json-out scores.json]
+
+Prints route accuracy (full path, where the questions give one), execution accuracy overall, by
+language and by the uncertainty flag, and one line per wrong answer. Exits 2 with a one-line
+message on a malformed file or when the two files do not hold the same questions.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from data_pipeline.backends.sqlite import execute_readonly
+from data_pipeline.sample_databases import resolve_database
+from core.errors import Route2SQLError
+from rewards.sql_execution import gold_is_ordered, results_match
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    """Records of a JSONL file, blank lines skipped.
+
+    Raises:
+        SystemExit: (status 2) a line that is not a JSON object, named by file and line.
+    """
+    records = []
+    for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise SystemExit(f"error: {path}:{i}: not JSON ({exc.msg})") from None
+        if not isinstance(record, dict):
+            raise SystemExit(f"error: {path}:{i}: expected a JSON object")
+        records.append(record)
+    return records
+
+
+def same_path(answer: dict[str, Any] | None, gold: dict[str, Any] | None) -> bool:
+    """Whether an answer's ``path`` is the gold ``{anchor, via, target}``."""
+    if not answer or not gold:
+        return False
+    return (answer.get("anchor"), list(answer.get("via") or []), answer.get("target")) == (
+        gold.get("anchor"), list(gold.get("via") or []), gold.get("target"))  # fmt: skip
+
+
+def score(questions: list[dict[str, Any]], answers: list[dict[str, Any]], db: Path,
+          timeout_s: float = 10.0) -> dict[str, Any]:  # fmt: skip
+    """Score answers question by question.
+
+    Returns:
+        ``{"n", "route_right", "route_n", "exec_right", "by_language": {lang: [right, n]},
+        "by_flag": {"uncertain"|"sure": [right, n]}, "rows": [per-question dicts]}``.
+
+    Raises:
+        ValueError: the two lists differ in length or in a question's text.
+    """
+    if len(questions) != len(answers):
+        raise ValueError(f"{len(questions)} questions but {len(answers)} answers")
+    out: dict[str, Any] = {"n": len(questions), "route_right": 0, "route_n": 0, "exec_right": 0,
+                           "by_language": defaultdict(lambda: [0, 0]), "by_flag": defaultdict(lambda: [0, 0]), "rows": []}  # fmt: skip
+    for i, (q, a) in enumerate(zip(questions, answers), 1):
+        if q.get("question") != a.get("question"):
+            raise ValueError(f"line {i}: question {q.get('question')!r} but answer to {a.get('question')!r}")
+        gold = execute_readonly(db, q["sql"], timeout_s=timeout_s)
+        if not gold.ok:
+            raise ValueError(f"line {i}: the gold SQL fails: {gold.error}")
+        right = False
+        if a.get("sql"):
+            pred = execute_readonly(db, a["sql"], timeout_s=timeout_s)
+            right = pred.ok and results_match(pred.rows, gold.rows, ordered=gold_is_ordered(q["sql"]))
+        route = same_path(a.get("path"), q.get("path")) if q.get("path") else None
+        if route is not None:
+            out["route_n"] += 1
+            out["route_right"] += route
+        out["exec_right"] += right
+        lang = q.get("language") or "?"
+        out["by_language"][lang][0] += right
+        out["by_language"][lang][1] += 1
+        flag = "uncertain" if a.get("uncertain") else "sure"
+        out["by_flag"][flag][0] += right
+        out["by_flag"][flag][1] += 1
+        out["rows"].append({"line": i, "question": q["question"], "route_right": route, "exec_right": right,
+                            "path": a.get("path"), "gold_path": q.get("path"), "sql": a.get("sql"),
+                            "gold_sql": q["sql"], "error": a.get("error")})  # fmt: skip
+    out["by_language"], out["by_flag"] = dict(out["by_language"]), dict(out["by_flag"])
+    return out
+
+
+def _pct(k: int, n: int) -> str:
+    return f"{k} of {n} ({100 * k / n:.1f}%)" if n else "-"
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    parser = argparse.ArgumentParser(description="Score generator.ask answers against gold SQL and routes.")
+    parser.add_argument("--questions", type=Path, required=True, help="JSONL questions with gold sql (and path).")
+    parser.add_argument("--answers", type=Path, required=True, help="JSONL answers written by generator.ask --out.")
+    parser.add_argument("--db", required=True, help="Sample name or SQLite file the queries run on.")
+    parser.add_argument("--json-out", type=Path, help="Also write the scores and per-question rows here.")
+    parser.add_argument("--quiet", action="store_true", help="Do not list the wrong answers.")
+    args = parser.parse_args(argv)
+    try:
+        result = score(read_jsonl(args.questions), read_jsonl(args.answers), resolve_database(args.db))
+    except (ValueError, Route2SQLError, OSError) as exc:
+        raise SystemExit(f"error: {exc}") from None
+    if not args.quiet:
+        for row in result["rows"]:
+            if not row["exec_right"]:
+                mark = {True: "route ok", False: "route WRONG", None: ""}[row["route_right"]]
+                print(f"- {row['line']}: {row['question']} [{mark}]\n    sql:  {row['sql']}\n    gold: {row['gold_sql']}"
+                      + (f"\n    error: {row['error']}" if row["error"] else ""))  # fmt: skip
+    print(f"route (full path): {_pct(result['route_right'], result['route_n'])}")
+    print(f"rows equal the gold query's: {_pct(result['exec_right'], result['n'])}")
+    for lang, (k, n) in sorted(result["by_language"].items()):
+        print(f"  language {lang}: {_pct(k, n)}")
+    for flag, (k, n) in sorted(result["by_flag"].items()):
+        print(f"  {flag}: {_pct(k, n)}")
+    if args.json_out:
+        args.json_out.write_text(json.dumps(result, ensure_ascii=False, indent=1), encoding="utf-8")
+    return result
+
+
+if __name__ == "__main__":
+    main()
