@@ -29,10 +29,11 @@ class _Stop(Exception):
     pass
 
 
-@pytest.mark.parametrize(("db", "judged", "pseudo"), [("northwind", True, True), ("northwind", True, False),
+@pytest.mark.parametrize(("db", "judged", "pseudo"), [("northwind", True, None), ("northwind", True, False),
                                                      ("projects", False, True)])
-def test_the_demo_passes_the_log_and_its_settings_to_sft_and_ppo(db: str, judged: bool, pseudo: bool, tmp_path: Path,
-                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_demo_passes_the_log_and_its_settings_to_sft_and_ppo(db: str, judged: bool, pseudo: bool | None,
+                                                                 tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """None: the default, which trains the SFT router on the judged log's pseudo-labels."""
     from data_pipeline import build
     from router import train_ppo, train_sft
 
@@ -47,9 +48,10 @@ def test_the_demo_passes_the_log_and_its_settings_to_sft_and_ppo(db: str, judged
     monkeypatch.setattr(train_sft, "main", sft_seen.append)
     monkeypatch.setattr(train_ppo, "main", ppo_main)
     with pytest.raises(_Stop):
-        run_demo(DemoConfig(db=db, out=str(tmp_path / "demo"), progress=False, sft_pseudo_labels=pseudo))
+        run_demo(DemoConfig(db=db, out=str(tmp_path / "demo"), progress=False,
+                            **({} if pseudo is None else {"sft_pseudo_labels": pseudo})))
     (sft_argv,) = sft_seen
-    if judged and pseudo:
+    if judged and pseudo is not False:
         assert sft_argv[sft_argv.index("--pseudo-labels") + 1] == str(JUDGED_LOGS / f"{db}.jsonl")
     else:
         assert "--pseudo-labels" not in sft_argv
