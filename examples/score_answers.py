@@ -19,34 +19,16 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from core.errors import Route2SQLError
+from core.io import read_jsonl
 from data_pipeline.backends.sqlite import execute_readonly
 from data_pipeline.sample_databases import resolve_database
-from core.errors import Route2SQLError
 from rewards.sql_execution import gold_is_ordered, results_match
-
-
-def read_jsonl(path: Path) -> list[dict[str, Any]]:
-    """Records of a JSONL file, blank lines skipped.
-
-    Raises:
-        SystemExit: (status 2) a line that is not a JSON object, named by file and line.
-    """
-    records = []
-    for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise SystemExit(f"error: {path}:{i}: not JSON ({exc.msg})") from None
-        if not isinstance(record, dict):
-            raise SystemExit(f"error: {path}:{i}: expected a JSON object")
-        records.append(record)
-    return records
 
 
 def same_path(answer: dict[str, Any] | None, gold: dict[str, Any] | None) -> bool:
@@ -115,7 +97,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     try:
         result = score(read_jsonl(args.questions), read_jsonl(args.answers), resolve_database(args.db))
     except (ValueError, Route2SQLError, OSError) as exc:
-        raise SystemExit(f"error: {exc}") from None
+        print(f"error: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
     if not args.quiet:
         for row in result["rows"]:
             if not row["exec_right"]:

@@ -17,12 +17,13 @@ def _write(path: Path, rows: list[dict]) -> Path:
     return path
 
 
-def _fail(monkeypatch, *argv: str) -> str:
-    """The one-line message the script exits with."""
+def _fail(monkeypatch, capsys, *argv: str) -> str:
+    """The message the script prints before it exits with status 2."""
     monkeypatch.setattr(sys, "argv", ["score_answers.py", *argv])
     with pytest.raises(SystemExit) as exc:
         runpy.run_path(str(SCRIPT), run_name="__main__")
-    return str(exc.value.code)
+    assert exc.value.code == 2
+    return capsys.readouterr().err.rstrip("\n")
 
 
 def test_rows_not_sql_text_decide_and_routes_are_counted(tiny_db, tmp_path, monkeypatch, capsys):
@@ -55,12 +56,12 @@ def test_rows_not_sql_text_decide_and_routes_are_counted(tiny_db, tmp_path, monk
     assert "rows equal the gold query's: 1 of 3 (33.3%)" in printed and "error: no such table: nowhere" in printed
 
 
-def test_mismatched_files_and_bad_lines_are_one_line_errors(tiny_db, tmp_path, monkeypatch):
+def test_mismatched_files_and_bad_lines_are_one_line_errors(tiny_db, tmp_path, monkeypatch, capsys):
     questions = _write(tmp_path / "q.jsonl", [{"question": "How many customers?", "sql": "SELECT COUNT(*) FROM customers"}])
     other = _write(tmp_path / "a.jsonl", [{"question": "How many orders?", "sql": "SELECT 1"}])
-    msg = _fail(monkeypatch, "--questions", str(questions), "--answers", str(other), "--db", str(tiny_db))
+    msg = _fail(monkeypatch, capsys, "--questions", str(questions), "--answers", str(other), "--db", str(tiny_db))
     assert msg.startswith("error: line 1: question 'How many customers?'") and "\n" not in msg
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"question": "How many customers?"}\n\n[1, 2]\n', encoding="utf-8")
-    msg = _fail(monkeypatch, "--questions", str(questions), "--answers", str(bad), "--db", str(tiny_db))
-    assert msg == f"error: {bad}:3: expected a JSON object"
+    msg = _fail(monkeypatch, capsys, "--questions", str(questions), "--answers", str(bad), "--db", str(tiny_db))
+    assert msg == f"error: {bad}:3: each line must be a JSON object"
