@@ -21,22 +21,16 @@ import argparse
 import json
 import sys
 from collections import defaultdict
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
 from core.errors import Route2SQLError
+from core.graph import JoinPath
 from core.io import read_jsonl
-from data_pipeline.backends.sqlite import execute_readonly
+from data_pipeline.backends.sqlite import connect_readonly, execute_readonly
 from data_pipeline.sample_databases import resolve_database
 from rewards.sql_execution import gold_is_ordered, results_match
-
-
-def same_path(answer: dict[str, Any] | None, gold: dict[str, Any] | None) -> bool:
-    """Whether an answer's ``path`` is the gold ``{anchor, via, target}``."""
-    if not answer or not gold:
-        return False
-    return (answer.get("anchor"), list(answer.get("via") or []), answer.get("target")) == (
-        gold.get("anchor"), list(gold.get("via") or []), gold.get("target"))  # fmt: skip
 
 
 def score(questions: list[dict[str, Any]], answers: list[dict[str, Any]], db: Path,
@@ -48,36 +42,40 @@ def score(questions: list[dict[str, Any]], answers: list[dict[str, Any]], db: Pa
         "by_flag": {"uncertain"|"sure": [right, n]}, "rows": [per-question dicts]}``.
 
     Raises:
-        ValueError: the two lists differ in length or in a question's text.
+        ValueError: the two lists differ in length or in a question's text, or a gold query fails.
+        DataError: a ``path`` without its anchor or target.
     """
     if len(questions) != len(answers):
         raise ValueError(f"{len(questions)} questions but {len(answers)} answers")
     out: dict[str, Any] = {"n": len(questions), "route_right": 0, "route_n": 0, "exec_right": 0,
                            "by_language": defaultdict(lambda: [0, 0]), "by_flag": defaultdict(lambda: [0, 0]), "rows": []}  # fmt: skip
-    for i, (q, a) in enumerate(zip(questions, answers), 1):
-        if q.get("question") != a.get("question"):
-            raise ValueError(f"line {i}: question {q.get('question')!r} but answer to {a.get('question')!r}")
-        gold = execute_readonly(db, q["sql"], timeout_s=timeout_s)
-        if not gold.ok:
-            raise ValueError(f"line {i}: the gold SQL fails: {gold.error}")
-        right = False
-        if a.get("sql"):
-            pred = execute_readonly(db, a["sql"], timeout_s=timeout_s)
-            right = pred.ok and results_match(pred.rows, gold.rows, ordered=gold_is_ordered(q["sql"]))
-        route = same_path(a.get("path"), q.get("path")) if q.get("path") else None
-        if route is not None:
-            out["route_n"] += 1
-            out["route_right"] += route
-        out["exec_right"] += right
-        lang = q.get("language") or "?"
-        out["by_language"][lang][0] += right
-        out["by_language"][lang][1] += 1
-        flag = "uncertain" if a.get("uncertain") else "sure"
-        out["by_flag"][flag][0] += right
-        out["by_flag"][flag][1] += 1
-        out["rows"].append({"line": i, "question": q["question"], "route_right": route, "exec_right": right,
-                            "path": a.get("path"), "gold_path": q.get("path"), "sql": a.get("sql"),
-                            "gold_sql": q["sql"], "error": a.get("error")})  # fmt: skip
+    with closing(connect_readonly(db)) as conn:  # one read-only connection for every query
+        for i, (q, a) in enumerate(zip(questions, answers), 1):
+            if q.get("question") != a.get("question"):
+                raise ValueError(f"line {i}: question {q.get('question')!r} but answer to {a.get('question')!r}")
+            gold = execute_readonly(conn, q["sql"], timeout_s=timeout_s)
+            if not gold.ok:
+                raise ValueError(f"line {i}: the gold SQL fails: {gold.error}")
+            right = False
+            if a.get("sql"):
+                pred = execute_readonly(conn, a["sql"], timeout_s=timeout_s)
+                right = pred.ok and results_match(pred.rows, gold.rows, ordered=gold_is_ordered(q["sql"]))
+            route = None
+            if q.get("path"):
+                route = bool(a.get("path")) and JoinPath.from_dict(a["path"]) == JoinPath.from_dict(q["path"], line=i)
+            if route is not None:
+                out["route_n"] += 1
+                out["route_right"] += route
+            out["exec_right"] += right
+            lang = q.get("language") or "?"
+            out["by_language"][lang][0] += right
+            out["by_language"][lang][1] += 1
+            flag = "uncertain" if a.get("uncertain") else "sure"
+            out["by_flag"][flag][0] += right
+            out["by_flag"][flag][1] += 1
+            out["rows"].append({"line": i, "question": q["question"], "route_right": route, "exec_right": right,
+                                "path": a.get("path"), "gold_path": q.get("path"), "sql": a.get("sql"),
+                                "gold_sql": q["sql"], "error": a.get("error")})  # fmt: skip
     out["by_language"], out["by_flag"] = dict(out["by_language"]), dict(out["by_flag"])
     return out
 
