@@ -3,9 +3,12 @@ parallel scoring with the same guarantees, and WAL databases read without leavin
 
 from __future__ import annotations
 
+import mmap
 import os
 import resource
 import sqlite3
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -14,7 +17,7 @@ import pytest
 
 from core.sqlite import wal_is_idle
 from data_pipeline.backends.sqlite import SQLiteExecutor, connect_readonly, execute_readonly
-from rewards.pool import WorkerPool
+from rewards.pool import _PROGRESS, TICK_S, WorkerPool, pack_progress, unpack_progress
 from rewards.sql import SQLRewardConfig, sql_reward_components
 from rewards.sql_execution import ExecutionScorer
 
@@ -187,3 +190,43 @@ def test_items_queued_behind_slow_ones_are_timed_from_their_own_start():
         time.sleep(1.0)  # the worker's shared-memory record now names a job that started long ago
         out = pool.map(time.sleep, [(0.5,), (0.5,)] + [(0.01,)] * 10, budget_s=0.8)
         assert all(o.ok for o in out) and pool.kills == 0, [(o.killed, o.seconds) for o in out]
+
+
+def test_progress_word_survives_the_low_32_bits_wrapping():
+    wrap = (1 << 32) * TICK_S  # the start's ticks wrap every 4.97 days
+    start = wrap - 0.25
+    tag, got = unpack_progress(pack_progress(7, start), now=wrap + 1.0)
+    assert tag == 8 and start - TICK_S < got <= start
+    assert unpack_progress(pack_progress(None, start), now=start)[0] == 0
+
+
+def test_progress_word_is_never_read_half_written(tmp_path):
+    # a worker and the parent share the record; while one process rewrites it as fast as it can,
+    # every read must pair a job with its own start (two fields written one after the other were
+    # read as a job with a start of 0.0 and the parent killed a worker whose query had just begun)
+    path = tmp_path / "progress"
+    path.write_bytes(_PROGRESS.pack(pack_progress(None, 0.0)))
+    writer = subprocess.Popen([sys.executable, "-c", (
+        "import mmap, sys, time\n"
+        "from rewards.pool import pack_progress\n"
+        "with open(sys.argv[1], 'r+b') as fh:\n"
+        "    view = memoryview(mmap.mmap(fh.fileno(), 8)).cast('Q')\n"
+        "end = time.monotonic() + 1.5\n"
+        "j = 0\n"
+        "while time.monotonic() < end:\n"
+        "    view[0] = pack_progress(j, 1000.0 + j * 0.5)\n"
+        "    j = (j + 1) % 10_000\n"
+    ), str(path)], cwd=Path(__file__).resolve().parents[1])  # fmt: skip
+    with open(path, "r+b") as fh:
+        record = mmap.mmap(fh.fileno(), _PROGRESS.size)
+    seen, torn = set(), []
+    while writer.poll() is None:
+        tag, start = unpack_progress(_PROGRESS.unpack_from(record, 0)[0], now=10_000.0)
+        if tag:
+            seen.add(tag)
+            if abs(start - (1000.0 + (tag - 1) * 0.5)) > TICK_S:
+                torn.append((tag - 1, start))
+    record.close()
+    assert writer.returncode == 0
+    assert len(seen) > 100  # the reads did overlap the writes
+    assert torn == []
