@@ -132,6 +132,7 @@ class AskPipeline:
         samples: candidate queries per question; above 1, sampled at ``temperature`` and voted
             by result (:mod:`generator.consistency`), the greedy answer among them.
         temperature: sampling temperature for the extra candidates.
+        seed: seed of the extra candidates' sampling (each :meth:`ask_batch` call draws the same ones).
         max_new_tokens: tokens per generated answer at most.
         timeout_s: seconds each query may run.
         max_rows: rows kept per answer.
@@ -141,7 +142,7 @@ class AskPipeline:
 
     def __init__(self, router: Any, model: torch.nn.Module, tokenizer: Any, db_path: str | Path, *,
                  prompt: PromptSettings | None = None, constrained: bool = True, repair: bool = True, samples: int = 1,
-                 temperature: float = 0.7, max_new_tokens: int = 192, timeout_s: float = 5.0,
+                 temperature: float = 0.7, seed: int = 0, max_new_tokens: int = 192, timeout_s: float = 5.0,
                  max_rows: int = 100, reranker: Any = None) -> None:  # fmt: skip
         if samples < 1:
             raise ConfigError(f"must be >= 1, got {samples}", where="--samples")
@@ -154,6 +155,7 @@ class AskPipeline:
         self.repair = repair
         self.samples = samples
         self.temperature = temperature
+        self.seed = seed
         self.max_new_tokens = max_new_tokens
         self.max_rows = max_rows
         self.reranker = reranker
@@ -261,7 +263,7 @@ class AskPipeline:
             extra_c = [c for k, c in enumerate(clauses) if k % self.samples]
             extra_o = [o for k, o in enumerate(owners) if k % self.samples]
             sampled = generate_answers(self.model, self.tokenizer, extra_p, max_new_tokens=self.max_new_tokens,
-                                       temperature=self.temperature, join_clauses=extra_c)  # fmt: skip
+                                       temperature=self.temperature, join_clauses=extra_c, seed=self.seed)  # fmt: skip
             for o, t in zip(extra_o, sampled, strict=True):
                 texts[o].append(t)
         for i, cands in texts.items():
@@ -317,6 +319,8 @@ class AskConfig:
     """JSONL output for --file (one answer per line)."""
     samples: int = 1
     """Candidate queries per question; above 1, sampled and voted by their results (self-consistency)."""
+    seed: int = 0
+    """Random seed of the sampled candidates (with --samples above 1): the same seed gives the same answers."""
     constrained: bool = True
     """Make the query's FROM ... JOIN clause the routed path's."""
     repair: bool = True
@@ -405,7 +409,7 @@ def main(argv: Sequence[str] | None = None) -> list[Answer]:
     try:
         rerank = RerankConfig(model=cfg.rerank_model, describe=cfg.rerank_describe) if cfg.rerank_model is not None else None
         pipe = AskPipeline.from_pretrained(cfg.router, cfg.generator, cfg.db, rerank=rerank, constrained=cfg.constrained, repair=cfg.repair,
-                                           samples=cfg.samples, max_new_tokens=cfg.max_new_tokens,
+                                           samples=cfg.samples, seed=cfg.seed, max_new_tokens=cfg.max_new_tokens,
                                            timeout_s=cfg.timeout_s, max_rows=cfg.max_rows)  # fmt: skip
     except CheckpointError as exc:
         raise CheckpointError(exc.message, where=exc.where or cfg.router) from exc

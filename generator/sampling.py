@@ -226,6 +226,7 @@ def generate_answers(
     temperature: float = 0.0,
     progress: bool = False,
     join_clauses: Sequence[str | None] | None = None,
+    seed: int | None = None,
 ) -> list[str]:
     """Answer many prompts, ``batch_size`` at a time, grouped by length (left padding).
 
@@ -238,6 +239,8 @@ def generate_answers(
         join_clauses: per prompt, the routed path's ``FROM ... JOIN`` clause to force once the
             answer writes ``FROM`` (:class:`generator.constrained.JoinSkeletonProcessor`), or None
             (for one prompt or for all) to decode freely.
+        seed: with sampling, draw from a generator seeded with this (the same answers on every
+            run; torch's global random state is left as it was); None: torch's global state.
 
     Returns:
         One decoded answer per prompt, in the input order. With greedy decoding a prompt that
@@ -253,6 +256,11 @@ def generate_answers(
                                     batch_size=batch_size, progress=progress,
                                     join_clauses=None if join_clauses is None else [k[1] for k in first])  # fmt: skip
             return [once[u] for u in unique]
+    if temperature > 0 and seed is not None:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            return generate_answers(model, tokenizer, prompts, max_new_tokens=max_new_tokens, batch_size=batch_size,
+                                    temperature=temperature, progress=progress, join_clauses=join_clauses)  # fmt: skip
     from core.progress import progress_bar
 
     order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))

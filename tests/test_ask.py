@@ -191,6 +191,22 @@ def test_ask_file_in_file_out(chain: dict[str, Path], tmp_path: Path) -> None:
     assert set(rec) >= {"question", "path", "sql", "rows", "error", "confidence", "uncertain"}
 
 
+
+def test_sampled_candidates_repeat_with_their_seed_and_leave_torch_random_state_alone(chain: dict[str, Path]) -> None:
+    from transformers import AutoModelForCausalLM
+
+    from generator.sampling import generate_answers
+
+    tok = AutoTokenizer.from_pretrained(chain["root"] / "llama")  # untrained: its samples vary
+    model = AutoModelForCausalLM.from_pretrained(chain["root"] / "llama")
+    prompts = [tok.encode(QUESTION)] * 3
+    state = torch.get_rng_state()
+    a = generate_answers(model, tok, prompts, max_new_tokens=8, temperature=1.0, seed=3)
+    b = generate_answers(model, tok, prompts, max_new_tokens=8, temperature=1.0, seed=3)
+    assert torch.equal(torch.get_rng_state(), state)
+    c = generate_answers(model, tok, prompts, max_new_tokens=8, temperature=1.0, seed=4)
+    assert a == b and a != c and len(set(a)) > 1
+
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
