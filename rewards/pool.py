@@ -71,7 +71,7 @@ _PROGRESS = struct.Struct("@Q")
 ``memoryview`` cast to ``"Q"`` and the parent loads it with ``unpack_from``: each is one 8-byte
 ``memcpy`` in CPython, a single store or load on 64-bit CPUs, so the parent never sees half a
 write. (``struct.pack_into`` zero-fills its target before it writes: with the earlier record of
-two fields, an id and a float start, the parent read a start of 0.0 about once in 25,000 quick
+two fields, an id and a float start, the parent read a start of 0.0 about once in 22,000 quick
 items on 2 busy cores and killed a worker whose query had just begun.)"""
 
 TICK_S = 1e-4
