@@ -12,6 +12,7 @@ import json
 import os
 import re
 import shutil
+import stat
 import tempfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -55,6 +56,40 @@ def ensure_writable_dir(path: str | Path) -> Path:
     return path
 
 
+def check_output_file(path: str | Path) -> Path:
+    """Refuse an output file path that is an existing folder, device, pipe or socket (writing
+    there would replace it, or fail only after the work is done); a missing file, a regular
+    file or a symbolic link (the link itself is replaced) is fine. Returns the path.
+
+    Raises:
+        Route2SQLError: naming the path.
+    """
+    path = Path(path)
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return path
+    except OSError as exc:
+        raise Route2SQLError(f"cannot write this file ({exc.strerror})", where=path) from exc
+    if stat.S_ISDIR(mode):
+        raise Route2SQLError("is a folder; give a file name for the output", where=path)
+    if not (stat.S_ISREG(mode) or stat.S_ISLNK(mode)):
+        raise Route2SQLError("is not a regular file (a device, pipe or socket); refusing to replace it", where=path)
+    return path
+
+
+def ensure_writable_file(path: str | Path) -> Path:
+    """:func:`check_output_file`, then :func:`ensure_writable_dir` of its folder: call before the
+    work whose result goes there, so a bad path fails at once. Returns the path.
+
+    Raises:
+        Route2SQLError: naming the file or its folder.
+    """
+    path = check_output_file(path)
+    ensure_writable_dir(path.parent)
+    return path
+
+
 def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
@@ -62,8 +97,12 @@ def _umask() -> int:
 
 
 def atomic_write_bytes(path: str | Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` via a temporary file in the same folder and ``os.replace``."""
-    path = Path(path)
+    """Write ``data`` to ``path`` via a temporary file in the same folder and ``os.replace``.
+
+    Raises:
+        Route2SQLError: ``path`` is a folder, device, pipe or socket (:func:`check_output_file`).
+    """
+    path = check_output_file(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:

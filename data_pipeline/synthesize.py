@@ -54,7 +54,7 @@ from data_pipeline.datasets import resolve_database
 from core.catalog import CatalogColumn, CatalogKey, CatalogTable, read_catalog
 from core.errors import ConfigError, SchemaError
 from core.sqlite import connect_readonly
-from core.io import ensure_writable_dir
+from core.io import ensure_writable_file
 from core.schema import humanize, quote_ident
 from data_pipeline.templates import singular
 
@@ -698,7 +698,7 @@ def synthesize_rows(
     out = Path(out_path)
     if out.resolve() == src:
         raise ConfigError("is the input database, which is never modified; choose another file", where=out)
-    ensure_writable_dir(out.parent)
+    ensure_writable_file(out)
     fd, tmp_name = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp")
     os.close(fd)
     tmp = Path(tmp_name)

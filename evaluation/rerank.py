@@ -209,7 +209,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     import torch
 
     from core.dataset import load_dataset
-    from core.io import ensure_writable_dir
+    from core.io import ensure_writable_file
     from core.progress import progress_bar
     from data_pipeline.encoders import quiet_loading
     from data_pipeline.human_sets import load_human_questions
@@ -219,7 +219,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     if cfg.scores_out is not None:  # fail now, not after the questions have been scored
-        ensure_writable_dir(cfg.scores_out.parent)
+        ensure_writable_file(cfg.scores_out)
     assert cfg.router is not None and cfg.data is not None  # checked in __post_init__
     ds = load_dataset(cfg.data)
     router = Router.from_pretrained(cfg.router, ds.graph, values=ds.values)

@@ -180,14 +180,14 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
 
     import torch
 
-    from core.io import ensure_writable_dir
+    from core.io import ensure_writable_file
     from core.progress import progress_bar
     from data_pipeline.encoders import quiet_loading
     from generator.rerank import RouteReranker, route_and_rerank
     from router.model import check_question_lengths
     from router.route import Router
 
-    ensure_writable_dir(cfg.out.parent)
+    ensure_writable_file(cfg.out)
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     todo = records[len(done):]

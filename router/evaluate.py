@@ -227,13 +227,15 @@ def main(argv: Sequence[str] | None = None) -> dict[str, dict[str, Any]]:
     import torch
 
     from core.dataset import load_dataset
-    from core.io import write_json
+    from core.io import ensure_writable_file, write_json
     from router.calibration import expected_calibration_error
     from router.route import Router
 
     cfg = parse(EvalConfig, argv, description=__doc__.split("\n\n")[0] if __doc__ else None)
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
+    if cfg.out is not None:
+        ensure_writable_file(cfg.out)  # before the evaluation, not after it
     ds = load_dataset(cfg.data)
     seen = {seed_key(s) for d in cfg.exclude for s in load_dataset(d).samples}
     groups: dict[str, list[Sample]] = {}

@@ -44,7 +44,7 @@ import tyro
 from core.cli import check_text_arguments, parse, run_main
 from core.errors import DataError
 from core.graph import JoinPath, SchemaGraph
-from core.io import ensure_writable_dir, read_jsonl, write_jsonl
+from core.io import ensure_writable_file, read_jsonl, write_jsonl
 from core.schema import Schema, introspect
 from core.values import ValueIndex, load_value_index
 from router.checkpoint import SCHEMA_FILE, SCHEMAS_FILE, RouterCheckpointConfig
@@ -487,7 +487,7 @@ def main(args: Sequence[str] | None = None) -> list[RoutedPath]:
             schema_src = backend.introspect()
             values, _ = ValueIndex.build(backend, schema_src)  # value linking on the server's own values
     if cfg.out is not None:
-        ensure_writable_dir(cfg.out.parent)  # fail before loading the router, not after routing
+        ensure_writable_file(cfg.out)  # fail before loading the router, not after routing
     router = Router.from_pretrained(
         cfg.router, schema_src, retarget=cfg.retarget, max_hops=cfg.max_hops, descriptions=cfg.descriptions,
         values=values,

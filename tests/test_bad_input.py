@@ -210,3 +210,25 @@ def test_an_output_over_an_input_is_refused_before_anything_is_written(
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: " + message.format(**fill)), err
     assert sorted(p.name for p in tmp_path.rglob("*")) == ["data", "schema.json"]
+
+
+def test_an_output_file_that_is_a_folder_or_a_pipe_is_refused_and_left_alone(tmp_path: Path) -> None:
+    # generator.ask --out /dev/full replaced the device with a regular file; a folder failed
+    # with IsADirectoryError after all the work was done
+    import os
+
+    from core.errors import Route2SQLError
+    from core.io import atomic_write_text, ensure_writable_file
+
+    pipe = tmp_path / "pipe"
+    os.mkfifo(pipe)
+    for target, reason in ((pipe, "is not a regular file"), (tmp_path, "is a folder")):
+        with pytest.raises(Route2SQLError, match=reason):
+            ensure_writable_file(target)
+        with pytest.raises(Route2SQLError, match=reason):
+            atomic_write_text(target, "x")
+    assert pipe.is_fifo()
+    link = tmp_path / "link.txt"
+    link.symlink_to(tmp_path / "missing.txt")
+    atomic_write_text(link, "x")  # the link itself is replaced by the file
+    assert link.read_text() == "x" and not link.is_symlink()
