@@ -25,9 +25,9 @@ from contextlib import closing
 from pathlib import Path
 from typing import Any
 
-from core.errors import Route2SQLError
+from core.errors import DataError, Route2SQLError
 from core.graph import JoinPath
-from core.io import read_jsonl
+from core.io import atomic_write_text, ensure_writable_file, read_jsonl_lines
 from data_pipeline.backends.sqlite import connect_readonly, execute_readonly
 from data_pipeline.sample_databases import resolve_database
 from rewards.sql_execution import gold_is_ordered, results_match
@@ -80,6 +80,27 @@ def score(questions: list[dict[str, Any]], answers: list[dict[str, Any]], db: Pa
     return out
 
 
+def read_records(path: Path, required: dict[str, type], optional: dict[str, type]) -> list[dict[str, Any]]:
+    """The JSON objects of a JSONL file, each checked for its fields' types.
+
+    Raises:
+        DataError: naming the file and line of a record without a required field or with a field
+            of the wrong type (a null optional field is fine).
+    """
+    records = []
+    for line, rec in read_jsonl_lines(path):
+        if not isinstance(rec, dict):
+            raise DataError("each line must be a JSON object", where=path, line=line)
+        for key, kind in required.items():
+            if not isinstance(rec.get(key), kind) or (kind is str and not rec[key].strip()):
+                raise DataError(f"field {key!r} must be a non-empty {kind.__name__}", where=path, line=line)
+        for key, kind in optional.items():
+            if rec.get(key) is not None and not isinstance(rec[key], kind):
+                raise DataError(f"field {key!r} must be a {kind.__name__} or null", where=path, line=line)
+        records.append(rec)
+    return records
+
+
 def _pct(k: int, n: int) -> str:
     return f"{k} of {n} ({100 * k / n:.1f}%)" if n else "-"
 
@@ -93,9 +114,18 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--quiet", action="store_true", help="Do not list the wrong answers.")
     args = parser.parse_args(argv)
     try:
-        result = score(read_jsonl(args.questions), read_jsonl(args.answers), resolve_database(args.db))
-    except (ValueError, Route2SQLError, OSError) as exc:
+        if args.json_out:
+            ensure_writable_file(args.json_out)
+        questions = read_records(args.questions, {"question": str, "sql": str}, {"language": str, "path": dict})
+        answers = read_records(args.answers, {"question": str}, {"sql": str, "path": dict})
+        if len(questions) != len(answers):
+            raise DataError(f"{len(questions)} questions in {args.questions} but {len(answers)} answers", where=args.answers)
+        result = score(questions, answers, resolve_database(args.db))
+    except Route2SQLError as exc:
         print(f"error: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
+    except (ValueError, OSError) as exc:
+        print(f"error: {args.questions}, {args.answers}: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
     if not args.quiet:
         for row in result["rows"]:
@@ -110,7 +140,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     for flag, (k, n) in sorted(result["by_flag"].items()):
         print(f"  {flag}: {_pct(k, n)}")
     if args.json_out:
-        args.json_out.write_text(json.dumps(result, ensure_ascii=False, indent=1), encoding="utf-8")
+        atomic_write_text(args.json_out, json.dumps(result, ensure_ascii=False, indent=1))
     return result
 
 

@@ -60,8 +60,25 @@ def test_mismatched_files_and_bad_lines_are_one_line_errors(tiny_db, tmp_path, m
     questions = _write(tmp_path / "q.jsonl", [{"question": "How many customers?", "sql": "SELECT COUNT(*) FROM customers"}])
     other = _write(tmp_path / "a.jsonl", [{"question": "How many orders?", "sql": "SELECT 1"}])
     msg = _fail(monkeypatch, capsys, "--questions", str(questions), "--answers", str(other), "--db", str(tiny_db))
-    assert msg.startswith("error: line 1: question 'How many customers?'") and "\n" not in msg
+    assert msg.startswith(f"error: {questions}, {other}: line 1: question 'How many customers?'") and "\n" not in msg
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"question": "How many customers?"}\n\n[1, 2]\n', encoding="utf-8")
     msg = _fail(monkeypatch, capsys, "--questions", str(questions), "--answers", str(bad), "--db", str(tiny_db))
     assert msg == f"error: {bad}:3: each line must be a JSON object"
+
+
+def test_missing_or_mistyped_fields_and_a_folder_for_json_out_are_one_line_errors(tiny_db, tmp_path, monkeypatch, capsys):
+    answers = _write(tmp_path / "a.jsonl", [{"question": "How many customers?", "sql": "SELECT 1"}])
+    no_sql = _write(tmp_path / "q1.jsonl", [{"question": "How many customers?"}])
+    msg = _fail(monkeypatch, capsys, "--questions", str(no_sql), "--answers", str(answers), "--db", str(tiny_db))
+    assert msg == f"error: {no_sql}:1: field 'sql' must be a non-empty str"
+    listed = _write(tmp_path / "q2.jsonl", [{"question": "How many customers?", "sql": "SELECT 1", "language": ["en"]}])
+    msg = _fail(monkeypatch, capsys, "--questions", str(listed), "--answers", str(answers), "--db", str(tiny_db))
+    assert msg == f"error: {listed}:1: field 'language' must be a str or null"
+    good = _write(tmp_path / "q3.jsonl", [{"question": "How many customers?", "sql": "SELECT 1"}])
+    two = _write(tmp_path / "a2.jsonl", [{"question": "How many customers?"}, {"question": "And orders?"}])
+    msg = _fail(monkeypatch, capsys, "--questions", str(good), "--answers", str(two), "--db", str(tiny_db))
+    assert msg == f"error: {two}: 1 questions in {good} but 2 answers"
+    msg = _fail(monkeypatch, capsys, "--questions", str(good), "--answers", str(answers), "--db", str(tiny_db),
+                "--json-out", str(tmp_path))  # fmt: skip
+    assert msg == f"error: {tmp_path}: is a folder; give a file name for the output"
