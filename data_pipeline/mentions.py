@@ -166,6 +166,8 @@ def _spans(question: str, stems: list[tuple[str, int, int]], english: Sequence[t
     spans: set[tuple[int, int]] = set()
     for form in english:
         n = len(form)
+        if n == 0:  # a name with no English stems (e.g. "Ünïcødé 表") names nothing in English
+            continue
         for i in range(len(seq) - n + 1):
             if tuple(seq[i : i + n]) == form:
                 spans.add((stems[i][1], stems[i + n - 1][2]))

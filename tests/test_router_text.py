@@ -151,6 +151,12 @@ def test_pinyin_code_alone_names_a_table_without_chinese_name() -> None:
     assert mention_spans("今天的门诊处方", bare) == [[(3, 7)]]
 
 
+def test_a_table_name_without_english_words_is_no_crash() -> None:
+    # its short noun has no English stems: an empty form matched past the question's last word
+    tables = [Table("Ünïcødé 表", (Column("id"),)), Table("orders", (Column("id"),))]
+    assert mention_spans("How many orders?", tables) == [[], [(9, 15)]]
+
+
 # --------------------------------------------------------------------------- short nouns and synonyms
 
 
