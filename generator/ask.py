@@ -41,7 +41,7 @@ from data_pipeline.backends.sqlite import ExecutionResult, SQLiteExecutor
 from core.cli import check_text_arguments, parse, run_main
 from core.errors import CheckpointError, ConfigError, DataError, SchemaError
 from core.graph import JoinPath
-from core.io import ensure_writable_dir, read_jsonl_lines, write_jsonl
+from core.io import ensure_writable_file, read_jsonl_lines, write_jsonl
 from data_pipeline.encoders import quiet_loading
 from generator.consistency import vote
 from generator.folders import GENERATOR_META, load_policy, prompt_settings_for
@@ -55,6 +55,9 @@ from rewards.answer import parse_answer
 
 SHOWN_ROWS = 10
 """Rows printed per answer on the command line."""
+
+MAX_SAMPLES = 64
+"""Most candidate queries per question with self-consistency (OmniSQL votes over 8)."""
 
 
 @dataclass
@@ -318,7 +321,7 @@ class AskConfig:
     out: Path | None = None
     """JSONL output for --file (one answer per line)."""
     samples: int = 1
-    """Candidate queries per question; above 1, sampled and voted by their results (self-consistency)."""
+    """Candidate queries per question; above 1, sampled and voted by their results (self-consistency; at most 64)."""
     seed: int = 0
     """Random seed of the sampled candidates (with --samples above 1): the same seed gives the same answers."""
     constrained: bool = True
@@ -354,6 +357,10 @@ class AskConfig:
                               where="--out")  # fmt: skip
         if self.samples < 1:
             raise ConfigError(f"must be >= 1, got {self.samples}", where="--samples")
+        if self.samples > MAX_SAMPLES:
+            raise ConfigError(f"at most {MAX_SAMPLES} candidates per question, got {self.samples}", where="--samples")
+        if not 0 <= self.seed < 2**64:
+            raise ConfigError(f"must be a whole number from 0 to 2**64 - 1, got {self.seed}", where="--seed")
         if not (self.timeout_s > 0 and self.timeout_s != float("inf")):
             raise ConfigError(f"must be a positive number of seconds, got {self.timeout_s}", where="--timeout-s")
         if self.max_rows < 1 or self.max_new_tokens < 1:
@@ -397,7 +404,7 @@ def main(argv: Sequence[str] | None = None) -> list[Answer]:
     if cfg.threads > 0:
         torch.set_num_threads(cfg.threads)
     if cfg.out is not None:
-        ensure_writable_dir(cfg.out.parent)
+        ensure_writable_file(cfg.out)
     records: list[dict[str, Any]] = []
     if cfg.file is not None:
         numbered = read_jsonl_lines(cfg.file)

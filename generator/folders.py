@@ -132,7 +132,12 @@ def load_policy(cfg: ModelConfig, init: str | Path | None = None) -> tuple[PreTr
         model, tokenizer = load_generator(eff)
         check_tokenizer_fits(model, tokenizer, init)
         return model, tokenizer, eff
-    adapter = json.loads(adapter_cfg_file.read_text(encoding="utf-8"))
+    try:
+        adapter = json.loads(adapter_cfg_file.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise CheckpointError(f"is not valid JSON ({exc})", where=adapter_cfg_file) from None
+    if not isinstance(adapter, dict):
+        raise CheckpointError("must hold a JSON object", where=adapter_cfg_file)
     base = str(meta.get("base_model") or DEFAULT_GENERATOR)
     if cfg.model not in (DEFAULT_GENERATOR, base):
         raise ConfigError(f"--model {cfg.model} differs from the base model {base} the adapter in {init} was trained on",
@@ -152,7 +157,11 @@ def load_policy(cfg: ModelConfig, init: str | Path | None = None) -> tuple[PreTr
     if not weights.is_file():
         raise CheckpointError("missing adapter_model.safetensors", where=init)
     try:
-        result = set_peft_model_state_dict(model, load_file(str(weights)))
+        state = load_file(str(weights))
+    except Exception as exc:  # noqa: BLE001 - safetensors raises its own SafetensorError (truncated, not safetensors)
+        raise CheckpointError(f"is not a readable safetensors file ({str(exc)[:200]})", where=weights) from None
+    try:
+        result = set_peft_model_state_dict(model, state)
     except RuntimeError as exc:  # shapes of another base model
         first = str(exc).strip().splitlines()[-1].strip()
         raise CheckpointError(f"adapter weights do not fit the base model {base} ({first})", where=weights) from None

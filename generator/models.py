@@ -476,8 +476,15 @@ def load_tokenizer(path: str | Path) -> PreTrainedTokenizerBase:
 
     Raises:
         ConfigError: the tokenizer has neither a pad, an EOS nor an UNK token.
+        CheckpointError: ``path`` is a folder whose tokenizer files are missing or unreadable.
     """
-    tokenizer = AutoTokenizer.from_pretrained(path)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(path)
+    except Exception as exc:  # noqa: BLE001 - tokenizers raises a bare Exception on bad JSON
+        if not Path(path).is_dir():
+            raise
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+        raise CheckpointError(f"its tokenizer files are missing or broken ({first})", where=path) from None
     if tokenizer.pad_token is None:
         fallback = tokenizer.eos_token or tokenizer.unk_token
         if fallback is None:

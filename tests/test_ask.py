@@ -207,12 +207,16 @@ def test_sampled_candidates_repeat_with_their_seed_and_leave_torch_random_state_
     c = generate_answers(model, tok, prompts, max_new_tokens=8, temperature=1.0, seed=4)
     assert a == b and a != c and len(set(a)) > 1
 
+
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
         ([], "give a question or --file"),
         (["--file", "x.jsonl"], "--file needs --out"),
         (["q", "--samples", "0"], "--samples"),
+        (["q", "--samples", "100000"], "^--samples: at most 64"),
+        (["q", "--seed", "-1"], "^--seed: "),
+        (["q", "--seed", str(2**64)], "^--seed: "),
         (["--file", "q.jsonl", "--out", "./q.jsonl"], "^--out: is the question file q.jsonl"),
         (["Which orders \udcff\udcfe"], "question 1 is not UTF-8 text"),  # undecodable argv bytes crashed the tokenizer
         (["  "], "question 1 is empty"),  # as router.route: exit 2, not an answer with an error
@@ -231,8 +235,8 @@ def _kw(argv: list[str]) -> dict:
             kw["file"] = Path(next(it))
         elif a == "--out":
             kw["out"] = Path(next(it))
-        elif a == "--samples":
-            kw["samples"] = int(next(it))
+        elif a in ("--samples", "--seed"):
+            kw[a[2:]] = int(next(it))
         else:
             kw["questions"] = (a,)
     return kw
@@ -259,8 +263,17 @@ def test_bad_input_on_the_command_line_is_one_line_exit_2(chain: dict[str, Path]
     for f in resolve_encoder("multilingual-e5-small").iterdir():
         if f.name.startswith(("tokenizer", "special_tokens", "sentencepiece")):
             shutil.copy(f, foreign / f.name)
+    broken = tmp_path / "gen_broken_tokenizer"
+    shutil.copytree(chain["generator"], broken)
+    (broken / "tokenizer.json").write_text("garbage", encoding="utf-8")
+    src = tmp_path / "in.jsonl"
+    src.write_text(json.dumps({"question": QUESTION}) + "\n", encoding="utf-8")
     cases = [
         (["--router", str(chain["router"]), "--generator", str(foreign), "--db", str(chain["db"]), "q"], "belongs to another model"),
+        (["--router", str(chain["router"]), "--generator", str(broken), "--db", str(chain["db"]), "q"],
+         "tokenizer files are missing or broken"),
+        (["--router", str(chain["router"]), "--generator", str(chain["generator"]), "--file", str(src), "--out", str(tmp_path)],
+         "is a folder; give a file name"),
         (["--router", str(chain["router"]), "--generator", str(chain["generator"]), "--db", "nowhere.sqlite", "q"], "nowhere.sqlite"),
         (["--router", str(tmp_path), "--generator", str(chain["generator"]), "q"], "router checkpoint"),
         (["--router", str(chain["router"]), "--generator", str(chain["generator"]), "--db", str(other), "q"], "trained on schema"),
