@@ -3,8 +3,9 @@
 Both files are JSONL. The questions file is in the format of ``data_pipeline/human/*.jsonl`` and
 ``evaluation/dev_sets/*.jsonl`` (``question``, ``sql``, optionally ``path`` and ``language``); the
 answers file is what ``generator.ask --file Q --out A`` wrote for it, line for line. Each answer's
-SQL and its gold SQL are run again read-only on the database and compared by the Spider
-test-suite rule (rows as a multiset; in order only when the gold query has ORDER BY).
+SQL and its gold SQL are run again read-only on the database (in a worker process stopped at the
+10 s timeout) and compared by the Spider test-suite rule (rows as a multiset; in order only when
+the gold query has ORDER BY).
 
     python -m generator.ask --router R --generator G --file evaluation/dev_sets/northwind.jsonl --out A.jsonl
     python examples/score_answers.py --questions evaluation/dev_sets/northwind.jsonl --answers A.jsonl \\
@@ -21,16 +22,14 @@ import argparse
 import json
 import sys
 from collections import defaultdict
-from contextlib import closing
 from pathlib import Path
 from typing import Any
 
 from core.errors import DataError, Route2SQLError
 from core.graph import JoinPath
 from core.io import atomic_write_text, ensure_writable_file, read_jsonl_lines
-from data_pipeline.backends.sqlite import connect_readonly, execute_readonly
 from data_pipeline.sample_databases import resolve_database
-from rewards.sql_execution import gold_is_ordered, results_match
+from rewards.sql_execution import ExecutionScorer, gold_is_ordered, results_match
 
 
 def score(questions: list[dict[str, Any]], answers: list[dict[str, Any]], db: Path,
@@ -49,16 +48,17 @@ def score(questions: list[dict[str, Any]], answers: list[dict[str, Any]], db: Pa
         raise ValueError(f"{len(questions)} questions but {len(answers)} answers")
     out: dict[str, Any] = {"n": len(questions), "route_right": 0, "route_n": 0, "exec_right": 0,
                            "by_language": defaultdict(lambda: [0, 0]), "by_flag": defaultdict(lambda: [0, 0]), "rows": []}  # fmt: skip
-    with closing(connect_readonly(db)) as conn:  # one read-only connection for every query
+    # one worker process with one read-only connection runs every query, killed at the deadline
+    with ExecutionScorer(timeout_s=timeout_s, workers=1) as executor:
         for i, (q, a) in enumerate(zip(questions, answers), 1):
             if q.get("question") != a.get("question"):
                 raise ValueError(f"line {i}: question {q.get('question')!r} but answer to {a.get('question')!r}")
-            gold = execute_readonly(conn, q["sql"], timeout_s=timeout_s)
+            gold = executor.execute(db, q["sql"])
             if not gold.ok:
                 raise ValueError(f"line {i}: the gold SQL fails: {gold.error}")
             right = False
             if a.get("sql"):
-                pred = execute_readonly(conn, a["sql"], timeout_s=timeout_s)
+                pred = executor.execute(db, a["sql"])
                 right = pred.ok and results_match(pred.rows, gold.rows, ordered=gold_is_ordered(q["sql"]))
             route = None
             if q.get("path"):

@@ -37,7 +37,7 @@ from typing import Annotated, Any
 import torch
 import tyro
 
-from data_pipeline.backends.sqlite import ExecutionResult, SQLiteExecutor
+from data_pipeline.backends.sqlite import ExecutionResult
 from core.cli import check_text_arguments, parse, run_main
 from core.errors import CheckpointError, ConfigError, DataError, SchemaError
 from core.graph import JoinPath
@@ -52,6 +52,7 @@ from generator.prompt import PromptOverrides, PromptSettings, build_prompt
 from generator.rerank import RerankConfig, RouteReranker, training_examples
 from generator.repair import repair_sql
 from rewards.answer import parse_answer
+from rewards.sql_execution import ExecutionScorer
 
 SHOWN_ROWS = 10
 """Rows printed per answer on the command line."""
@@ -137,7 +138,7 @@ class AskPipeline:
         temperature: sampling temperature for the extra candidates.
         seed: seed of the extra candidates' sampling (each :meth:`ask_batch` call draws the same ones).
         max_new_tokens: tokens per generated answer at most.
-        timeout_s: seconds each query may run.
+        timeout_s: seconds each query may run (it runs in a worker process, killed at the deadline).
         max_rows: rows kept per answer.
         reranker: when given, the router's best routes are rescored by this language model
             (:class:`generator.rerank.RouteReranker`) and the query follows its pick.
@@ -162,7 +163,8 @@ class AskPipeline:
         self.max_new_tokens = max_new_tokens
         self.max_rows = max_rows
         self.reranker = reranker
-        self.executor = SQLiteExecutor(timeout_s=timeout_s, max_rows=max_rows)
+        # queries run in a worker process killed at the deadline: SQLite cannot interrupt every call
+        self.executor = ExecutionScorer(timeout_s=timeout_s, max_rows=max_rows, workers=1).start()
 
     @classmethod
     def from_pretrained(cls, router_dir: str | Path, generator_dir: str | Path, db: str | Path | None = None,
@@ -205,7 +207,7 @@ class AskPipeline:
         return cls(router, model, tokenizer, db_path, **options)
 
     def close(self) -> None:
-        """Release the database connections."""
+        """Release the database connections and stop the query worker."""
         self.executor.close()
 
     def __enter__(self) -> AskPipeline:

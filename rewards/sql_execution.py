@@ -591,6 +591,31 @@ class ExecutionScorer:
                 log_worker_score(score, items[i][1])
         return [s for s in out if s is not None]
 
+    def execute(self, db: str | Path, sql: str) -> ExecutionResult:
+        """Run one query under this scorer's limits and return its result, rows included.
+
+        With ``workers >= 1`` it runs in a worker process that is killed at ``timeout_s +
+        GRACE_S`` seconds, so even a query that SQLite cannot interrupt (one ``instr`` or ``trim``
+        call over megabyte strings ran minutes past a 1 s timeout) stops: the result then says
+        ``timed_out`` with reason ``"timed out after T s (worker stopped at the deadline)"``.
+        With ``workers=0`` it runs in this process (SQLite's own timeout only).
+
+        Raises:
+            SchemaError: ``db`` is missing or not a SQLite file.
+        """
+        if self.workers < 1:
+            return self._run(db, sql)
+        (o,) = self.pool.map(_execute_job, [(self.limits, db, sql)], budget_s=self.timeout_s + GRACE_S)
+        if o.killed:
+            reason = f"timed out after {self.timeout_s:g} s (worker stopped at the deadline)"
+            logger.warning("query stopped (%s): %s", reason, sql[:300])
+            return ExecutionResult(False, None, None, reason, True, o.seconds, False)
+        if isinstance(o.error, MemoryError):
+            return ExecutionResult(False, None, None, "out of memory", False, o.seconds, False)
+        if o.error is not None:
+            raise o.error
+        return o.value
+
     def outcome_score(self, o: Outcome, pred_sql: str | None) -> ExecutionScore:
         """The :class:`ExecutionScore` a worker's :class:`~rewards.pool.Outcome` stands for."""
         if o.skipped is not None:
@@ -672,6 +697,11 @@ def _slim(score: ExecutionScore) -> ExecutionScore:
     if score.pred is None or score.pred.rows is None:
         return score
     return replace(score, pred=replace(score.pred, rows=None, columns=None))
+
+
+def _execute_job(limits: Limits, db: str | Path, sql: str) -> ExecutionResult:
+    """Worker: :meth:`ExecutionScorer.execute` of one query in this process, rows included."""
+    return local_scorer(limits)._run(db, sql)
 
 
 def _score_job(limits: Limits, db: str | Path, pred_sql: str | None, gold_sql: str) -> ExecutionScore:

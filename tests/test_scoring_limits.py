@@ -75,6 +75,20 @@ def test_uninterruptible_calls_are_stopped_by_the_worker_deadline(shop):
         assert ok["execution"] == 1.0
 
 
+
+def test_execute_in_a_worker_returns_rows_and_stops_an_uninterruptible_call(shop):
+    # generator.ask and score_answers run queries this way: a trim() over a megabyte string ran
+    # 154 s past a 1 s timeout in this process
+    bomb = "SELECT length(trim(replace(hex(zeroblob(1000000)), '0', 'a'), replace(hex(zeroblob(10000)), '0', 'b') || 'a'))"
+    with ExecutionScorer(timeout_s=0.5, max_rows=2, workers=1).start(wait=True) as ex:
+        ok = ex.execute(shop, "SELECT name FROM customers ORDER BY name")
+        assert ok.ok and ok.truncated and len(ok.rows) == 2 and ok.columns == ["name"]
+        t0 = time.perf_counter()
+        stopped = ex.execute(shop, bomb)
+        assert time.perf_counter() - t0 < 0.5 + 0.5
+        assert not stopped.ok and stopped.timed_out and "worker stopped at the deadline" in stopped.error
+        assert ex.execute(shop, "SELECT 1").rows == [(1,)]  # a fresh worker goes on
+
 # ---------------------------------------------------------------------------- item 4: parallel scoring
 
 
