@@ -629,6 +629,11 @@ class RouterModel(nn.Module):
             state = load_file(str(weights))
         except (OSError, SafetensorError) as exc:  # a truncated or empty file fails on its header
             raise CheckpointError(f"not a readable safetensors file ({exc}); retrain or copy it again", where=weights) from exc
+        bad = next((k for k, t in state.items() if t.is_floating_point() and not torch.isfinite(t).all()), None)
+        if bad is not None:  # a router with NaN weights routed every question with confidence nan
+            raise CheckpointError(f"weight {bad} holds NaN or infinite values; retrain or copy it again", where=weights)
+        if not (d / ENCODER_DIR).is_dir():
+            raise CheckpointError(f"missing the {ENCODER_DIR}/ folder (the encoder's config and tokenizer)", where=d)
         try:
             if base is not None:
                 encoder = _base_encoder_model(base, d)
@@ -640,8 +645,11 @@ class RouterModel(nn.Module):
                 if getattr(encoder, "pooler", None) is not None:
                     encoder.pooler = None
             tokenizer = _load_tokenizer(d / ENCODER_DIR, AutoTokenizer)
-        except (OSError, ValueError, KeyError) as exc:
-            raise CheckpointError(f"cannot rebuild the encoder ({exc})", where=d / ENCODER_DIR) from exc
+        except CheckpointError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - tokenizers raises a bare Exception on a broken tokenizer.json
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+            raise CheckpointError(f"cannot rebuild the encoder ({first})", where=d / ENCODER_DIR) from exc
         model = cls(config, encoder, tokenizer)
         try:
             missing, unexpected = model.load_state_dict(state, strict=base is None)

@@ -140,6 +140,38 @@ def test_truncated_router_weights_are_a_checkpoint_error(tiny_db: Path, tmp_path
         Router.from_pretrained(ckpt)
 
 
+def test_a_router_with_nan_weights_or_a_broken_encoder_folder_is_a_checkpoint_error(tiny_db: Path, tmp_path: Path) -> None:
+    """NaN weights loaded and routed with confidence nan; a garbage encoder tokenizer.json was a traceback."""
+    import shutil
+
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    from core.dataset import load_dataset
+    from core.errors import CheckpointError
+    from router.model import PathSpace, RouterModel
+    from router.policy import RouterPolicy
+    from router.route import Router
+
+    ds = load_dataset(_tiny_data(tiny_db, tmp_path / "data"))
+    model = RouterModel.from_encoder("all-MiniLM-L6-v2", trainable_layers=1, head_dim=16)
+    ckpt = Router(RouterPolicy(model, PathSpace(ds.graph))).save_pretrained(tmp_path / "router")
+    nan = shutil.copytree(ckpt, tmp_path / "nan")
+    state = load_file(str(nan / "model.safetensors"))
+    name = sorted(k for k, t in state.items() if t.is_floating_point())[0]
+    state[name] = torch.full_like(state[name], float("nan"))
+    save_file(state, str(nan / "model.safetensors"))
+    with pytest.raises(CheckpointError, match=f"weight {name} holds NaN"):
+        Router.from_pretrained(nan)
+    broken = shutil.copytree(ckpt, tmp_path / "broken")
+    (broken / "encoder" / "tokenizer.json").write_text("xx", encoding="utf-8")
+    with pytest.raises(CheckpointError, match="cannot rebuild the encoder"):
+        Router.from_pretrained(broken)
+    shutil.rmtree(broken / "encoder")
+    with pytest.raises(CheckpointError, match="missing the encoder/ folder"):
+        Router.from_pretrained(broken)
+
+
 @pytest.mark.parametrize(("flag", "value"), [("--batch-size", "0"), ("--max-new-tokens", "0"), ("--timeout-s", "nan")])
 def test_ab_bad_flag_value_is_one_error_line(tmp_path: Path, capsys: pytest.CaptureFixture[str], flag: str, value: str) -> None:
     """``--batch-size 0`` and ``--max-new-tokens 0`` crashed with ValueError; ``--timeout-s nan`` was accepted."""
