@@ -246,6 +246,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, dict[str, Any]]:
         dropped = sum(1 for s in every if s.split in names) - len(kept)
         if dropped:
             print(f"{group}: {dropped} questions dropped (in --exclude), {len(kept)} kept", file=sys.stderr)
+        if not kept:
+            print(f"{group}: no questions in {cfg.data} (splits there: {', '.join(sorted({s.split for s in every}))}); "
+                  "nothing to evaluate", file=sys.stderr)  # fmt: skip
         groups[group] = kept
     results: dict[str, dict[str, Any]] = {}
     for ckpt in cfg.router:

@@ -140,6 +140,10 @@ def test_command_line_scores_saved_routers_and_drops_excluded_questions(tiny_db:
     assert res[str(ckpt)]["test"]["n"] == 1  # sample 0 is in --exclude
     assert "dropped" in capsys.readouterr().err
 
+    res = main(["--router", str(ckpt), "--data", str(data), "--splits", "validation"])  # no such questions there
+    assert res[str(ckpt)] == {}
+    assert f"validation: no questions in {data} (splits there: test, test_heldout, train); nothing to evaluate" in capsys.readouterr().err
+
 
 def test_command_line_refuses_an_unknown_split(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from router.evaluate import main
