@@ -57,6 +57,9 @@ from rewards.sql_execution import ExecutionScorer
 SHOWN_ROWS = 10
 """Rows printed per answer on the command line."""
 
+FILE_CHUNK = 8
+"""Questions answered at a time with --file; the answers file is rewritten (atomically) after each chunk."""
+
 MAX_SAMPLES = 64
 """Most candidate queries per question with self-consistency (OmniSQL votes over 8)."""
 
@@ -321,7 +324,7 @@ class AskConfig:
     file: Path | None = None
     """JSONL input: one {"question": ...} per line."""
     out: Path | None = None
-    """JSONL output for --file (one answer per line)."""
+    """JSONL output for --file (one answer per line; rewritten after every 8 questions, so a stopped run keeps the answers so far)."""
     samples: int = 1
     """Candidate queries per question; above 1, sampled and voted by their results (self-consistency; at most 64)."""
     seed: int = 0
@@ -422,13 +425,21 @@ def main(argv: Sequence[str] | None = None) -> list[Answer]:
                                            timeout_s=cfg.timeout_s, max_rows=cfg.max_rows)  # fmt: skip
     except CheckpointError as exc:
         raise CheckpointError(exc.message, where=exc.where or cfg.router) from exc
+    answers: list[Answer] = []
     with pipe:
-        answers = pipe.ask_batch(questions)
-    if cfg.out is not None:
-        write_jsonl(cfg.out, ({k: v for k, v in rec.items() if k != "question"} | a.to_dict()
-                              for rec, a in zip(records or [{}] * len(answers), answers, strict=True)))  # fmt: skip
-        print(f"wrote {len(answers)} answers to {cfg.out}", file=sys.stderr)
-    else:
+        if cfg.out is None:
+            answers = pipe.ask_batch(questions)
+        else:  # a few at a time: progress with rate and ETA, and the answers so far are on disk after each chunk
+            from core.progress import progress_bar
+
+            with progress_bar(total=len(questions), desc="answer", unit="question", enabled=len(questions) > FILE_CHUNK) as bar:
+                for i in range(0, len(questions), FILE_CHUNK):
+                    answers += pipe.ask_batch(questions[i : i + FILE_CHUNK])
+                    write_jsonl(cfg.out, ({k: v for k, v in rec.items() if k != "question"} | a.to_dict()
+                                          for rec, a in zip(records or [{}] * len(questions), answers, strict=False)))  # fmt: skip
+                    bar.update(len(answers) - bar.n)
+            print(f"wrote {len(answers)} answers to {cfg.out}", file=sys.stderr)
+    if cfg.out is None:
         for a in answers:
             _print(a)
     return answers

@@ -208,6 +208,24 @@ def test_sampled_candidates_repeat_with_their_seed_and_leave_torch_random_state_
     assert a == b and a != c and len(set(a)) > 1
 
 
+
+def test_ask_file_answers_in_chunks_with_progress_and_keeps_the_order(chain: dict[str, Path], tmp_path: Path,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    from generator.ask import FILE_CHUNK
+
+    n = FILE_CHUNK + 2  # two chunks: the answers file is rewritten after each
+    src = tmp_path / "in.jsonl"
+    lines = [json.dumps({"id": i, "question": QUESTION if i % 2 else "which suppliers?"}) for i in range(n)]
+    src.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    out = tmp_path / "out.jsonl"
+    ask_main(["--router", str(chain["router"]), "--generator", str(chain["generator"]), "--db", str(chain["db"]),
+              "--file", str(src), "--out", str(out), "--threads", "1"])  # fmt: skip
+    recs = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
+    assert [r["id"] for r in recs] == list(range(n))
+    assert all(r["sql"] == chain["sql"] for r in recs if r["id"] % 2)
+    err = capsys.readouterr().err
+    assert f"{n}/{n}" in err and "question/s" in err and f"wrote {n} answers" in err
+
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
