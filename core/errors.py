@@ -11,6 +11,17 @@ from __future__ import annotations
 from pathlib import Path
 
 
+def first_line(exc: BaseException, limit: int = 200) -> str:
+    """The first line of a library's error message (at most ``limit`` characters), or its type
+    name when the message is empty: what a one-line error can quote.
+
+    >>> first_line(ValueError("expected value at line 1\\nmore detail"))
+    'expected value at line 1'
+    >>> first_line(KeyError())
+    'KeyError'
+    """
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0][:limit]
+
 class Route2SQLError(Exception):
     """Base error. ``where`` names the file, line or field at fault, when known.
 

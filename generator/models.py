@@ -49,7 +49,7 @@ from transformers import (
 from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
 from data_pipeline.archives import ArchiveFile, build_once, fetch_member, find_archive
-from core.errors import CheckpointError, ConfigError, DownloadError
+from core.errors import CheckpointError, ConfigError, DownloadError, first_line
 from core.io import atomic_directory, cache_dir, write_json
 
 DEFAULT_GENERATOR = "SmolLM2-135M-Instruct"
@@ -483,8 +483,7 @@ def load_tokenizer(path: str | Path) -> PreTrainedTokenizerBase:
     except Exception as exc:  # noqa: BLE001 - tokenizers raises a bare Exception on bad JSON
         if not Path(path).is_dir():
             raise
-        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
-        raise CheckpointError(f"its tokenizer files are missing or broken ({first})", where=path) from None
+        raise CheckpointError(f"its tokenizer files are missing or broken ({first_line(exc)})", where=path) from None
     if tokenizer.pad_token is None:
         fallback = tokenizer.eos_token or tokenizer.unk_token
         if fallback is None:

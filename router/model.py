@@ -51,7 +51,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from core.errors import CheckpointError, ConfigError, DataError, Route2SQLError
+from core.errors import CheckpointError, ConfigError, DataError, Route2SQLError, first_line
 from core.graph import JoinPath, SchemaGraph
 from core.io import atomic_directory, write_json
 from core.schema import Table
@@ -648,8 +648,7 @@ class RouterModel(nn.Module):
         except CheckpointError:
             raise
         except Exception as exc:  # noqa: BLE001 - tokenizers raises a bare Exception on a broken tokenizer.json
-            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
-            raise CheckpointError(f"cannot rebuild the encoder ({first})", where=d / ENCODER_DIR) from exc
+            raise CheckpointError(f"cannot rebuild the encoder ({first_line(exc)})", where=d / ENCODER_DIR) from exc
         model = cls(config, encoder, tokenizer)
         try:
             missing, unexpected = model.load_state_dict(state, strict=base is None)
