@@ -267,7 +267,8 @@ _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 
 
 def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
-    """Read a JSONL file; blank lines are skipped (:func:`read_jsonl_lines` keeps each object's line number).
+    """Read a JSONL file; blank lines and a leading UTF-8 byte-order mark are skipped
+    (:func:`read_jsonl_lines` keeps each object's line number).
 
     Raises:
         DataError: naming the file and line of the first line that is not UTF-8 or not a JSON
@@ -293,6 +294,8 @@ def read_jsonl_lines(path: str | Path) -> list[tuple[int, dict[str, Any]]]:
                 line = raw.decode("utf-8")
             except UnicodeDecodeError as exc:
                 raise DataError(f"not UTF-8 text (byte 0x{raw[exc.start]:02x} at column {exc.start + 1})", where=path, line=lineno) from exc
+            if lineno == 1:
+                line = line.removeprefix("\ufeff")  # the byte-order mark some Windows editors write
             if not line.strip():
                 continue
             try:

@@ -216,6 +216,15 @@ def test_jsonl_nested_too_deep_or_with_a_lone_surrogate_is_one_line(tmp_path: Pa
     assert read_unlabelled(f) == ["🍺 which customers?"]
 
 
+def test_a_jsonl_file_with_a_byte_order_mark_reads_and_keeps_its_line_numbers(tmp_path: Path) -> None:
+    """Notepad writes UTF-8 with a byte-order mark; it was "q.jsonl:1: not valid JSON"."""
+    from core.io import read_jsonl_lines
+
+    f = tmp_path / "q.jsonl"
+    f.write_text('{"question": "who?"}\n\n{"question": "\ufeffwhat?"}\n', encoding="utf-8-sig")
+    assert read_jsonl_lines(f) == [(1, {"question": "who?"}), (3, {"question": "\ufeffwhat?"})]
+
+
 @pytest.mark.parametrize(
     ("module", "args", "message"),
     [
