@@ -177,7 +177,9 @@ class SchemaGraph:
         """
         out = set()
         for t in self.schema.tables:
-            fk_cols = {fk.column for fk in self.schema.foreign_keys if fk.table == t.name and fk.ref_table != t.name}
+            fk_cols = {
+                c for fk in self.schema.foreign_keys if fk.table == t.name and fk.ref_table != t.name for c, _ in fk.pairs
+            }
             if len(fk_cols) >= 2 and all(c.primary_key or c.name in fk_cols for c in t.columns):
                 out.add(t.name)
         return frozenset(out)
@@ -233,9 +235,8 @@ class SchemaGraph:
         t = path.tables
         parts = [f"FROM {ident(t[0])}"]
         for _left, right, fk in self.join_conditions(path):
-            cond = (
-                f"{ident(fk.table)}.{ident(fk.column)} = "
-                f"{ident(fk.ref_table)}.{ident(fk.ref_column)}"
+            cond = " AND ".join(
+                f"{ident(fk.table)}.{ident(c)} = {ident(fk.ref_table)}.{ident(rc)}" for c, rc in fk.pairs
             )
             parts.append(f"JOIN {ident(right)} ON {cond}")
         return " ".join(parts)

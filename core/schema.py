@@ -21,11 +21,14 @@ from core.catalog import read_catalog
 from core.sqlite import connect_readonly, quote_ident
 
 SAMPLE_VALUES_PER_COLUMN = 5
+SAMPLE_MAX_CHARS = 200
+"""A text sample longer than this is cut to it (a megabyte string would otherwise go into every schema.json)."""
 
 
 @dataclass(frozen=True)
 class Column:
-    """One column. ``samples`` holds up to 5 distinct non-null values read from the data."""
+    """One column. ``samples`` holds up to 5 distinct non-null values read from the data, text
+    cut to :data:`SAMPLE_MAX_CHARS` characters."""
 
     name: str
     type: str = ""
@@ -52,15 +55,47 @@ class Column:
 
 @dataclass(frozen=True)
 class ForeignKey:
-    """``table.column`` references ``ref_table.ref_column``."""
+    """``table.column`` references ``ref_table.ref_column``.
+
+    A composite key (``FOREIGN KEY (order_id, line_no) REFERENCES lines (order_id, line_no)``)
+    is one ForeignKey: its first column pair in ``column``/``ref_column``, the others in
+    ``more_pairs`` as ``(column, ref_column)``. A join on it must match every pair.
+
+    >>> fk = ForeignKey("ships", "order_id", "lines", "order_id", (("line_no", "line_no"),))
+    >>> str(fk), fk.pairs
+    ('ships(order_id, line_no) -> lines(order_id, line_no)', (('order_id', 'order_id'), ('line_no', 'line_no')))
+    """
 
     table: str
     column: str
     ref_table: str
     ref_column: str
+    more_pairs: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def pairs(self) -> tuple[tuple[str, str], ...]:
+        """Every ``(column, ref_column)`` pair of the key, the first one first."""
+        return ((self.column, self.ref_column), *self.more_pairs)
+
+    def to_list(self) -> list[Any]:
+        """JSON form: ``[table, column, ref_table, ref_column]``, plus ``[[column, ref_column], ...]``
+        for the other pairs of a composite key (read back by :meth:`from_list`)."""
+        head: list[Any] = [self.table, self.column, self.ref_table, self.ref_column]
+        return head + [[list(p) for p in self.more_pairs]] if self.more_pairs else head
+
+    @classmethod
+    def from_list(cls, row: list[Any]) -> ForeignKey:
+        """Inverse of :meth:`to_list`. Raises TypeError or ValueError on a malformed row."""
+        if not isinstance(row, (list, tuple)) or len(row) not in (4, 5):
+            raise ValueError(f"a foreign key is [table, column, ref_table, ref_column] (got {row!r})")
+        more = tuple((str(c), str(rc)) for c, rc in row[4]) if len(row) == 5 else ()
+        return cls(*(str(x) for x in row[:4]), more_pairs=more)
 
     def __str__(self) -> str:
-        return f"{self.table}.{self.column} -> {self.ref_table}.{self.ref_column}"
+        if not self.more_pairs:
+            return f"{self.table}.{self.column} -> {self.ref_table}.{self.ref_column}"
+        cols, refs = zip(*self.pairs, strict=True)
+        return f"{self.table}({', '.join(cols)}) -> {self.ref_table}({', '.join(refs)})"
 
 
 @dataclass(frozen=True)
@@ -133,7 +168,7 @@ class Schema:
         """
         shape = {
             "tables": sorted([t.name, sorted([c.name, c.type.upper()] for c in t.columns)] for t in self.tables),
-            "fks": sorted([fk.table, fk.column, fk.ref_table, fk.ref_column] for fk in self.foreign_keys),
+            "fks": sorted(fk.to_list() for fk in self.foreign_keys),
         }
         return hashlib.sha256(json.dumps(shape, sort_keys=True).encode()).hexdigest()[:16]
 
@@ -165,7 +200,7 @@ class Schema:
                 }
                 for t in self.tables
             ],
-            "foreign_keys": [[fk.table, fk.column, fk.ref_table, fk.ref_column] for fk in self.foreign_keys],
+            "foreign_keys": [fk.to_list() for fk in self.foreign_keys],
         }
 
     @classmethod
@@ -193,7 +228,7 @@ class Schema:
             )
             for t in d["tables"]
         )
-        fks = tuple(ForeignKey(*fk) for fk in d.get("foreign_keys", []))
+        fks = tuple(ForeignKey.from_list(fk) for fk in d.get("foreign_keys", []))
         return cls(d["name"], tables, fks, source=d.get("source", ""), backend=d.get("backend", "sqlite"))
 
 
@@ -301,7 +336,8 @@ def introspect(db: str | Path, descriptions: str | Path | None = None, name: str
                 samples = tuple(
                     r[0]
                     for r in conn.execute(
-                        f"SELECT DISTINCT {qc} FROM {qt} WHERE {qc} IS NOT NULL "
+                        f"SELECT DISTINCT CASE WHEN typeof({qc}) = 'text' THEN substr({qc}, 1, {SAMPLE_MAX_CHARS}) "
+                        f"ELSE {qc} END FROM {qt} WHERE {qc} IS NOT NULL "
                         f"AND typeof({qc}) != 'blob' LIMIT {SAMPLE_VALUES_PER_COLUMN}"
                     )
                 )
@@ -314,10 +350,12 @@ def introspect(db: str | Path, descriptions: str | Path | None = None, name: str
     names = list(catalog)
     counts = {t: info.row_count for t, info in catalog.items()}
     fks = [
-        ForeignKey(t, col, key.ref_table, ref_col)
+        ForeignKey(
+            t, key.columns[0], key.ref_table, key.ref_columns[0],
+            tuple(zip(key.columns[1:], key.ref_columns[1:], strict=True)),
+        )
         for t, info in catalog.items()
         for key in info.foreign_keys
-        for col, ref_col in zip(key.columns, key.ref_columns, strict=True)
     ]
     desc = _load_descriptions(Path(descriptions) if descriptions else None, raw_cols)
     tables = []

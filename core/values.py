@@ -430,7 +430,7 @@ class ValueIndex:
         """
         cfg = config or ValueIndexConfig()
         notes: list[str] = []
-        refs = {(fk.table, fk.column) for fk in schema.foreign_keys}
+        refs = {(fk.table, c) for fk in schema.foreign_keys for c, _ in fk.pairs}
         cols: list[IndexedColumn] = []
         for table in schema.tables:
             if table.row_count == 0:

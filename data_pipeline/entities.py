@@ -126,9 +126,9 @@ def key_columns(schema: Schema, table: Table) -> set[str]:
     keys = set(table.primary_key)
     for fk in schema.foreign_keys:
         if fk.table == table.name:
-            keys.add(fk.column)
+            keys.update(c for c, _ in fk.pairs)
         if fk.ref_table == table.name:
-            keys.add(fk.ref_column)
+            keys.update(rc for _, rc in fk.pairs)
     return keys
 
 

@@ -131,9 +131,10 @@ def _indexed_fields(schema: Schema, table: Table) -> list[tuple[tuple[str, ...],
     if table.primary_key:
         specs.append((table.primary_key, True))
     for fk in schema.foreign_keys:
-        for t, c in ((fk.table, fk.column), (fk.ref_table, fk.ref_column)):
-            if t == table.name and (c,) not in [s for s, _ in specs]:
-                specs.append(((c,), False))
+        mine, theirs = zip(*fk.pairs, strict=True)
+        for t, fields in ((fk.table, mine), (fk.ref_table, theirs)):
+            if t == table.name and fields not in [s for s, _ in specs]:
+                specs.append((fields, False))
     return specs
 
 

@@ -101,7 +101,7 @@ def gold_literals(sql: str, schema: Schema) -> list[tuple[str, str, str]]:
 
 def _canonical(schema: Schema) -> dict[tuple[str, str], tuple[str, str]]:
     """Foreign key column -> the column it references (followed to the end of a chain)."""
-    ref = {(fk.table, fk.column): (fk.ref_table, fk.ref_column) for fk in schema.foreign_keys}
+    ref = {(fk.table, c): (fk.ref_table, rc) for fk in schema.foreign_keys for c, rc in fk.pairs}
     out: dict[tuple[str, str], tuple[str, str]] = {}
     for key in ref:
         seen, cur = {key}, ref[key]

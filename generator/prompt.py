@@ -199,7 +199,9 @@ def render_compact_schema(schema: Schema, tables: Sequence[str] | None = None) -
     keys = [fk for fk in schema.foreign_keys if fk.table in names and fk.ref_table in names]
     if keys:
         fks = ", ".join(
-            f"{sql_ident(fk.table)}.{sql_ident(fk.column)} -> {sql_ident(fk.ref_table)}.{sql_ident(fk.ref_column)}"
+            " and ".join(
+                f"{sql_ident(fk.table)}.{sql_ident(c)} -> {sql_ident(fk.ref_table)}.{sql_ident(rc)}" for c, rc in fk.pairs
+            )
             for fk in keys
         )
         lines.append(f"Foreign keys: {fks}")
@@ -362,7 +364,8 @@ def route_values(values: Sequence[ValueMatch], path: JoinPath | None, schema: Sc
     if schema is not None and path is not None:
         for fk in schema.foreign_keys:
             if fk.table in path.tables:
-                refs.setdefault((fk.ref_table, fk.ref_column), []).append((fk.table, fk.column))
+                for c, rc in fk.pairs:
+                    refs.setdefault((fk.ref_table, rc), []).append((fk.table, c))
     kept: list[LinkedLiteral] = []
     for m in values:
         if path is None or m.table in path.tables:

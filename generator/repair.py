@@ -148,8 +148,8 @@ def repair_sql(sql: str | None, schema: Schema, values: Sequence[ValueMatch] = (
             col.set("this", ident(columns_of[table][best]))
             repairs.append(ColumnRepair(before, written(col), "closest name"))
 
-    references = {(fk.table.lower(), fk.column.lower()): (fk.ref_table.lower(), fk.ref_column.lower())
-                  for fk in schema.foreign_keys}
+    references = {(fk.table.lower(), c.lower()): (fk.ref_table.lower(), rc.lower())
+                  for fk in schema.foreign_keys for c, rc in fk.pairs}
     by_value: dict[str, set[tuple[str, str]]] = {}
     for m in values:
         by_value.setdefault(str(m.value).casefold(), set()).add((m.table.lower(), m.column.lower()))

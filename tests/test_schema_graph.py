@@ -141,3 +141,49 @@ def test_a_data_set_whose_max_hops_gives_too_many_paths_names_its_schema_file(tm
     (tmp_path / "samples.jsonl").write_text("", encoding="utf-8")
     with pytest.raises(DataError, match=r"schema\.json: max_hops: schema 'dense' has more than 200,000 legal paths"):
         load_dataset(tmp_path)
+
+
+def test_a_composite_foreign_key_is_one_key_and_its_join_matches_every_column(tmp_path):
+    """Line 1 of order 1 has one shipment, line 1 of order 2 has two: a join on line_no alone
+    (the key split into single columns, as before) would count 3 shipments for order 1's line."""
+    db = tmp_path / "composite.sqlite"
+    conn = sqlite3.connect(db)
+    conn.executescript(
+        """
+        CREATE TABLE lines (order_id INTEGER, line_no INTEGER, item TEXT, PRIMARY KEY (order_id, line_no));
+        CREATE TABLE shipments (id INTEGER PRIMARY KEY, order_id INTEGER, line_no INTEGER, carrier TEXT,
+            FOREIGN KEY (order_id, line_no) REFERENCES lines (order_id, line_no));
+        INSERT INTO lines VALUES (1, 1, 'tea'), (2, 1, 'coffee');
+        INSERT INTO shipments VALUES (1, 1, 1, 'a'), (2, 2, 1, 'b'), (3, 2, 1, 'c');
+        """
+    )
+    conn.commit()
+    schema = introspect(db)
+    (fk,) = schema.foreign_keys
+    assert fk.pairs == (("order_id", "order_id"), ("line_no", "line_no"))
+    assert str(fk) == "shipments(order_id, line_no) -> lines(order_id, line_no)"
+    graph = SchemaGraph(schema)
+    path = JoinPath("lines", (), "shipments")
+    assert graph.from_clause(path) == (
+        "FROM lines JOIN shipments ON shipments.order_id = lines.order_id AND shipments.line_no = lines.line_no"
+    )
+    sql = f"SELECT COUNT(*) {graph.from_clause(path)} WHERE lines.item = 'tea'"
+    assert conn.execute(sql).fetchone() == (1,)
+    again = type(schema).from_dict(json.loads(json.dumps(schema.to_dict())))
+    assert again.foreign_keys == schema.foreign_keys and again.fingerprint() == schema.fingerprint()
+    conn.close()
+
+
+def test_long_text_samples_are_cut(tmp_path):
+    from core.schema import SAMPLE_MAX_CHARS
+
+    db = tmp_path / "long.sqlite"
+    conn = sqlite3.connect(db)
+    conn.execute("CREATE TABLE notes (id INTEGER PRIMARY KEY, body TEXT, n INTEGER)")
+    conn.execute("INSERT INTO notes VALUES (1, ?, 123456789)", ("x" * 1_000_000,))
+    conn.commit()
+    conn.close()
+    with pytest.warns(UserWarning, match="no foreign keys"):
+        table = introspect(db).table("notes")
+    assert table.column("body").samples == ("x" * SAMPLE_MAX_CHARS,)
+    assert table.column("n").samples == (123456789,)

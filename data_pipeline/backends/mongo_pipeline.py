@@ -311,9 +311,16 @@ class PathQuery:
 
 
 def path_joins(graph: SchemaGraph, path: JoinPath) -> tuple[Join, ...]:
-    """The joins walking ``path`` on its foreign keys (the same keys as ``graph.from_clause``)."""
+    """The joins walking ``path`` on its foreign keys (the same keys as ``graph.from_clause``).
+
+    Raises:
+        SchemaError: a join on a composite foreign key (a ``$lookup`` here matches one field).
+    """
     joins = []
     for i, (left, right, fk) in enumerate(graph.join_conditions(path)):
+        if fk.more_pairs:
+            raise SchemaError(f"composite foreign key {fk} cannot be joined on MongoDB (one field per join)",
+                              where=graph.schema.source or graph.schema.name)
         if fk.table == right and fk.ref_table == left:
             joins.append(Join(right, i, fk.ref_column, fk.column))
         else:
