@@ -2,6 +2,7 @@
 
     python -m generator.ask --router runs/demo/router_ppo --generator runs/demo/generator "谁供应 Chai？"
     python -m generator.ask --router R --generator G --file questions.jsonl --out answers.jsonl
+    python -m generator.ask --router R --generator G --interactive
 
 The chain the project is about, for one question at a time or a file of them:
 
@@ -23,16 +24,19 @@ The chain the project is about, for one question at a time or a file of them:
 and ``error`` (None, or a one-line reason: no SQL written, the query was refused, failed or timed
 out).
 
+``--interactive`` loads the models once and answers each line typed at the ``question>`` prompt
+(or piped in) as it comes, until the input ends (Ctrl-D).
+
 In Python: ``AskPipeline.from_pretrained(router_dir, generator_dir).ask("...")``.
 """
 
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any
+from typing import IO, Annotated, Any
 
 import torch
 import tyro
@@ -345,10 +349,14 @@ class AskConfig:
     """With --rerank-model: show the database's table and column descriptions to that model (helps where names are abbreviations; False: names only, faster)."""
     threads: int = 0
     """Torch CPU threads (0: all cores)."""
+    interactive: bool = False
+    """Load the models once, then answer each question typed (or piped in) one per line, until the input ends (Ctrl-D)."""
 
     def __post_init__(self) -> None:
-        if not self.questions and self.file is None:
-            raise ConfigError("give a question or --file", where="questions")
+        if self.interactive and (self.questions or self.file is not None):
+            raise ConfigError("reads its questions as they are typed; give no questions or --file with it", where="--interactive")
+        if not self.questions and self.file is None and not self.interactive:
+            raise ConfigError("give a question, --file or --interactive", where="questions")
         if self.questions and self.file is not None:
             raise ConfigError("give questions or --file, not both", where="file")
         if self.file is not None and self.out is None:
@@ -370,6 +378,29 @@ class AskConfig:
             raise ConfigError(f"must be a positive number of seconds, got {self.timeout_s}", where="--timeout-s")
         if self.max_rows < 1 or self.max_new_tokens < 1:
             raise ConfigError("must be >= 1", where="--max-rows/--max-new-tokens")
+
+
+def typed_questions(stream: IO[bytes] | None = None) -> Iterator[str]:
+    """The questions of ``--interactive``: each non-blank line of ``stream`` (standard input),
+    stripped, as it arrives. On a terminal (no ``stream`` given) each is read at a ``question>``
+    prompt with line editing. Bytes that are not UTF-8 become U+FFFD, so no line ends the session.
+    """
+    if stream is None and sys.stdin.isatty():
+        import readline  # noqa: F401  (arrow keys and history for input())
+
+        while True:
+            try:
+                line = input("question> ")
+            except EOFError:
+                print(file=sys.stderr)
+                return
+            if line.strip():
+                yield line.strip()
+    else:
+        for raw in stream if stream is not None else sys.stdin.buffer:
+            line = raw.decode("utf-8", errors="replace").strip()
+            if line:
+                yield line
 
 
 def _print(answer: Answer) -> None:
@@ -400,7 +431,9 @@ def _rows_line(answer: Answer) -> str:
     shown = min(len(answer.rows), SHOWN_ROWS)
     if answer.truncated:
         return f"({shown} of the first {len(answer.rows)} rows shown; the query returned more)"
-    return f"({shown} of {len(answer.rows)} rows shown)" if len(answer.rows) > SHOWN_ROWS else f"({len(answer.rows)} rows)"
+    if len(answer.rows) > SHOWN_ROWS:
+        return f"({shown} of {len(answer.rows)} rows shown)"
+    return "(1 row)" if len(answer.rows) == 1 else f"({len(answer.rows)} rows)"
 
 
 def main(argv: Sequence[str] | None = None) -> list[Answer]:
@@ -427,6 +460,11 @@ def main(argv: Sequence[str] | None = None) -> list[Answer]:
         raise CheckpointError(exc.message, where=exc.where or cfg.router) from exc
     answers: list[Answer] = []
     with pipe:
+        if cfg.interactive:
+            for q in typed_questions():
+                answers.append(pipe.ask(q))
+                _print(answers[-1])
+            return answers
         if cfg.out is None:
             answers = pipe.ask_batch(questions)
         else:  # a few at a time: progress with rate and ETA, and the answers so far are on disk after each chunk

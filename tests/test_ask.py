@@ -92,7 +92,7 @@ def test_the_rows_line_says_how_many_rows_were_shown_of_how_many() -> None:
 
     assert _rows_line(Answer("q", rows=[[i] for i in range(11)])) == "(10 of 11 rows shown)"
     assert _rows_line(Answer("q", rows=[[1], [2]])) == "(2 rows)"
-    assert _rows_line(Answer("q")) == "(0 rows)"
+    assert _rows_line(Answer("q")) == "(0 rows)" and _rows_line(Answer("q", rows=[[1]])) == "(1 row)"
     capped = Answer("q", rows=[[i] for i in range(100)], truncated=True)
     assert _rows_line(capped) == "(10 of the first 100 rows shown; the query returned more)"
     assert capped.to_dict()["truncated"] is True
@@ -192,6 +192,23 @@ def test_ask_file_in_file_out(chain: dict[str, Path], tmp_path: Path) -> None:
 
 
 
+def test_interactive_answers_each_piped_line_and_survives_bad_ones(chain: dict[str, Path], monkeypatch: pytest.MonkeyPatch,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+    """Blank lines are skipped; undecodable bytes and an over-long line are answered with an error
+    instead of ending the session; the good question after them is still answered."""
+    import io
+    import sys
+
+    typed = b"\n".join([QUESTION.encode(), b"   ", b"\xff\xfe which?", ("word " * 200).encode(), QUESTION.encode()]) + b"\n"
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(typed)))
+    answers = ask_main(["--router", str(chain["router"]), "--generator", str(chain["generator"]), "--db", str(chain["db"]),
+                        "--interactive"])  # fmt: skip
+    assert [a.question for a in answers] == [QUESTION, "\ufffd\ufffd which?", ("word " * 200).strip(), QUESTION]
+    assert answers[0].rows == [["Seafood"]] and answers[-1].rows == [["Seafood"]]
+    assert "more than the router's limit" in str(answers[2].error)
+    assert capsys.readouterr().out.count("Seafood") == 2
+
+
 def test_sampled_candidates_repeat_with_their_seed_and_leave_torch_random_state_alone(chain: dict[str, Path]) -> None:
     from transformers import AutoModelForCausalLM
 
@@ -229,7 +246,6 @@ def test_ask_file_answers_in_chunks_with_progress_and_keeps_the_order(chain: dic
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        ([], "give a question or --file"),
         (["--file", "x.jsonl"], "--file needs --out"),
         (["q", "--samples", "0"], "--samples"),
         (["q", "--samples", "100000"], "^--samples: at most 64"),
@@ -238,6 +254,8 @@ def test_ask_file_answers_in_chunks_with_progress_and_keeps_the_order(chain: dic
         (["--file", "q.jsonl", "--out", "./q.jsonl"], "^--out: is the question file q.jsonl"),
         (["Which orders \udcff\udcfe"], "question 1 is not UTF-8 text"),  # undecodable argv bytes crashed the tokenizer
         (["  "], "question 1 is empty"),  # as router.route: exit 2, not an answer with an error
+        ([], "^questions: give a question, --file or --interactive"),
+        (["q", "--interactive"], "^--interactive: reads its questions as they are typed"),
     ],
 )
 def test_bad_options_name_the_flag(argv: list[str], message: str) -> None:
@@ -255,6 +273,8 @@ def _kw(argv: list[str]) -> dict:
             kw["out"] = Path(next(it))
         elif a in ("--samples", "--seed"):
             kw[a[2:]] = int(next(it))
+        elif a == "--interactive":
+            kw["interactive"] = True
         else:
             kw["questions"] = (a,)
     return kw
