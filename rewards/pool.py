@@ -408,6 +408,8 @@ class WorkerPool:
                         continue
                     w.inflight.extend(job[0] for job in jobs)
                     w.sent_at = time.monotonic()
+                if not pending and not any(w.inflight for w in active):
+                    break  # the last items were skipped while dealing: nothing left to wait for
                 # ---- wait for replies, a worker becoming ready, or the nearest deadline
                 deadlines = [w.running()[1] + budget_s for w in active if w.inflight]
                 deadlines += [w.spawned_at + START_TIMEOUT_S for w in active if not w.ready]

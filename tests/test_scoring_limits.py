@@ -145,6 +145,23 @@ def test_a_failing_gold_query_raises_from_the_workers_too(shop):
         assert scorer.score_batch([(shop, "SELECT 1", None)])[0].reason == "no gold SQL"
 
 
+@pytest.mark.parametrize(("workers", "n"), [(1, 2), (1, 3), (2, 3)])
+def test_a_group_whose_gold_query_times_out_is_scored_not_hung(shop, workers, n):
+    """The items after the first were skipped while being dealt (their gold warm-up had timed out),
+    so nothing was in flight and the pool waited for a reply forever."""
+    import faulthandler
+
+    slow_gold = "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT count(*) FROM c"
+    faulthandler.dump_traceback_later(60, exit=True)  # a hang fails the run instead of stalling it
+    try:
+        with ExecutionScorer(timeout_s=0.5, workers=workers) as scorer:
+            scores = scorer.score_batch([(shop, f"SELECT {i}", slow_gold) for i in range(n)])
+            assert [s.reason for s in scores] == ["gold SQL timed out after 0.5 s"] * n
+            assert scorer.score_batch([(shop, "SELECT 1", "SELECT 1")])[0].exact
+    finally:
+        faulthandler.cancel_dump_traceback_later()
+
+
 def test_pool_outcomes_and_errors():
     with WorkerPool(2) as pool:
         out = pool.map(time.sleep, [(0.01,), (30,), (0.01,)], budget_s=0.5)
