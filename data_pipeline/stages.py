@@ -45,6 +45,7 @@ from data_pipeline.paraphrase import Paraphraser
 from data_pipeline.relations import Verb, agent_verb, agent_verbs, is_event, is_person, short_nouns, table_synonyms
 from core.samples import Entity, Sample
 from core.schema import Schema, Table, humanize
+from core.sqlite import quote_ident
 from core.values import name_halves
 from data_pipeline.templates import (
     AGG_WORDS,
@@ -331,6 +332,37 @@ def plan_question(family: str, path: JoinPath, ctx: StageContext, rng: random.Ra
             return Plan(family, scope, entity, ask_column=ask, filter_column=cats[0], filter_op="=")
         return None
     raise ValueError(f"unknown family {family!r}")
+
+
+def target_rows_unique(graph: SchemaGraph, path: JoinPath) -> bool:
+    """True when each row of ``path``'s target appears at most once in the joined rows: at every
+    join the table nearer the target holds the foreign key (an order line joins one order, one
+    product), so ``COUNT(*)`` counts target rows even without a one-column key to count.
+
+    >>> from core.schema import Schema, Table, Column, ForeignKey
+    >>> s = Schema("s", (Table("lines", (Column("o"), Column("n"))), Table("ships", (Column("o"), Column("n")))),
+    ...            (ForeignKey("ships", "o", "lines", "o", (("n", "n"),)),))
+    >>> target_rows_unique(SchemaGraph(s), JoinPath("lines", (), "ships")), target_rows_unique(SchemaGraph(s), JoinPath("ships", (), "lines"))
+    (True, False)
+    """
+    return all(fk.table == right and fk.ref_table == left for left, right, fk in graph.join_conditions(path))
+
+
+def _counts_target_rows(ctx: StageContext, path: JoinPath, plan: Plan, sql: str, count: Any) -> bool:
+    """False for a ``COUNT(*)`` over a join whose rows repeat a target row (the target has no
+    one-column key to count distinct and the join fans out: a line counted once per shipment of
+    it). Checked on SQLite by counting the distinct target keys; another backend keeps only joins
+    that cannot repeat (:func:`target_rows_unique`)."""
+    if plan.family != "count" or path.hops == 0 or plan.count_column is not None or target_rows_unique(ctx.graph, path):
+        return True
+    if ctx.backend.kind != "sqlite" or not sql.startswith("SELECT COUNT(*) "):
+        return False
+    table = ctx.schema.table(path.target)
+    keys = table.primary_key or tuple(c.name for c in table.columns)
+    cols = ", ".join(f"{quote_ident(path.target)}.{quote_ident(c)}" for c in keys)
+    distinct = sql.replace("SELECT COUNT(*) ", f"SELECT COUNT(*) FROM (SELECT DISTINCT {cols} ", 1) + ")"
+    res = ctx.backend.execute(distinct, timeout_s=ctx.timeout_s)
+    return res.ok and bool(res.rows) and res.rows[0][0] == count
 
 
 def plan_unfiltered(family: str, path: JoinPath, ctx: StageContext, rng: random.Random) -> Plan | None:
@@ -951,6 +983,9 @@ def fill_entities(samples: list[Sample], ctx: StageContext) -> list[Sample]:
             continue
         if plan.aggregates and res.rows[0][0] in (None, 0):
             ctx.counters["dropped/empty_aggregate"] += 1
+            continue
+        if not _counts_target_rows(ctx, s.path, plan, sql, res.rows[0][0]):
+            ctx.counters["dropped/count_repeats_rows"] += 1
             continue
         meta = s.meta if query == sql else {**s.meta, "pipeline": query}
         kept.append(replace(draft, entity_kind="real" if entities else "none", n_rows=len(res.rows), meta=meta))

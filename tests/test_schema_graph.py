@@ -187,3 +187,40 @@ def test_long_text_samples_are_cut(tmp_path):
         table = introspect(db).table("notes")
     assert table.column("body").samples == ("x" * SAMPLE_MAX_CHARS,)
     assert table.column("n").samples == (123456789,)
+
+
+def test_a_count_over_a_join_that_repeats_target_rows_is_not_generated(tmp_path):
+    """Shipments reference order lines by a composite key and a line has 4 shipments: "how many
+    lines does shipment carrier X have" as COUNT(*) counted each line 4 times (20 for 5 lines)."""
+    from data_pipeline.pipeline import BuildConfig, build_dataset
+
+    db = tmp_path / "lines.sqlite"
+    conn = sqlite3.connect(db)
+    conn.executescript(
+        """
+        CREATE TABLE orders (order_id INTEGER PRIMARY KEY, customer TEXT);
+        CREATE TABLE lines (order_id INTEGER REFERENCES orders (order_id), line_no INTEGER, product TEXT,
+            PRIMARY KEY (order_id, line_no)) WITHOUT ROWID;
+        CREATE TABLE shipments (ship_id INTEGER PRIMARY KEY, order_id INTEGER, line_no INTEGER, carrier TEXT,
+            FOREIGN KEY (order_id, line_no) REFERENCES lines (order_id, line_no));
+        """
+    )
+    ship = 0
+    for o in range(1, 11):
+        conn.execute("INSERT INTO orders VALUES (?, ?)", (o, f"Customer {o % 3}"))
+        for line in (1, 2):
+            conn.execute("INSERT INTO lines VALUES (?, ?, ?)", (o, line, f"Product {(o + line) % 4}"))
+        for _ in range(4):
+            ship += 1
+            conn.execute("INSERT INTO shipments VALUES (?, ?, 1, ?)", (ship, o, f"Carrier {o % 2}"))
+    conn.commit()
+    ds, summary = build_dataset(BuildConfig(db=str(db), out=tmp_path / "data", seed=0))
+    counts = [s for s in ds.samples if s.sql.startswith("SELECT COUNT(*)") and s.path.hops > 0]
+    assert counts, "the count questions that do not repeat rows are still generated"
+    for s in counts:
+        n = conn.execute(s.sql).fetchone()[0]
+        pk = ", ".join(f'"{s.path.target}"."{c}"' for c in introspect(db).table(s.path.target).primary_key)
+        rest = s.sql[len("SELECT COUNT(*)"):]
+        assert n == conn.execute(f"SELECT COUNT(*) FROM (SELECT DISTINCT {pk} {rest})").fetchone()[0], s.sql
+    assert summary["dropped"]["count_repeats_rows"] > 0
+    conn.close()
