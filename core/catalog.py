@@ -13,7 +13,6 @@ catalogue; :mod:`data_pipeline.synthesize` fills empty tables from it.
 
 from __future__ import annotations
 
-import re
 import sqlite3
 from dataclasses import dataclass
 
@@ -113,7 +112,8 @@ def read_catalog(conn: sqlite3.Connection) -> tuple[dict[str, CatalogTable], lis
     names = [
         r[0]
         for r in conn.execute(
-            "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY name"
+            # only SQLite's own tables start with "sqlite_" (LIKE's "_" is a wildcard: it hid "sqlite1", "SQLiteUsers")
+            "SELECT name FROM sqlite_master WHERE type = 'table' AND lower(substr(name, 1, 7)) != 'sqlite_' ORDER BY name"
         )
     ]
     by_lower = {n.lower(): n for n in names}
@@ -146,6 +146,10 @@ def read_catalog(conn: sqlite3.Connection) -> tuple[dict[str, CatalogTable], lis
                 notes.append(f"{t}: foreign key to missing table {parts[0][0]!r} ignored")
                 continue
             ref_pk = [c.name for c in sorted((c for c in cols[ref] if c.pk), key=lambda c: c.pk)]
+            if any(to is None for _r, _f, to in parts) and len(parts) != len(ref_pk):
+                notes.append(f"{t}: foreign key {[p[1] for p in parts]} -> {ref} has {len(parts)} column(s) but {ref}'s "
+                             f"primary key has {len(ref_pk)}; ignored (SQLite calls it a foreign key mismatch)")  # fmt: skip
+                continue
             ref_lower = {c.name.lower(): c.name for c in cols[ref]}
             mine, theirs = [], []
             for k, (_r, frm, to) in enumerate(parts):
@@ -161,8 +165,24 @@ def read_catalog(conn: sqlite3.Connection) -> tuple[dict[str, CatalogTable], lis
                     keys.append(key)
                 continue
             notes.append(f"{t}: foreign key {[p[1] for p in parts]} -> {ref} names a missing column; ignored")
-        sql = conn.execute("SELECT sql FROM sqlite_master WHERE type = 'table' AND name = ?", (t,)).fetchone()[0] or ""
-        without_rowid = bool(re.search(r"\)\s*WITHOUT\s+ROWID\s*;?\s*$", sql, re.IGNORECASE))
+        without_rowid = _without_rowid(conn, t)
         count = conn.execute(f"SELECT COUNT(*) FROM {qt}").fetchone()[0]
         out[t] = CatalogTable(t, cols[t], tuple(unique), tuple(keys), int(count), without_rowid)
     return out, notes
+
+
+def _without_rowid(conn: sqlite3.Connection, table: str) -> bool:
+    """True for a ``WITHOUT ROWID`` table: SQLite's own answer (``PRAGMA table_list``, SQLite
+    3.37+), else whether ``rowid`` can be selected (any options, order or comments after the
+    column list: ``STRICT, WITHOUT ROWID``; a column named ``rowid`` counts as one)."""
+    try:
+        for row in conn.execute(f"PRAGMA table_list({quote_ident(table)})"):
+            if row[1] == table:
+                return bool(row[4])
+    except sqlite3.DatabaseError:
+        pass
+    try:
+        conn.execute(f"SELECT rowid FROM {quote_ident(table)} LIMIT 0")
+        return False
+    except sqlite3.OperationalError:
+        return True

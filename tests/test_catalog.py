@@ -56,3 +56,46 @@ def test_introspect_builds_its_keys_from_the_catalogue(db):
     assert [str(w.message) for w in caught] == [
         f"{db}: line: foreign key ['ghost_id'] -> people names a missing column; ignored"
     ]
+
+
+def test_without_rowid_after_strict_or_before_a_comment_and_tables_named_sqlite_something(tmp_path):
+    """Each was missed: STRICT before or after WITHOUT ROWID, or a comment after it, read as a rowid
+    table (the synthesiser then failed on "no such column: rowid"); "sqlite1" and "SQLiteUsers" were
+    dropped as if they were SQLite's own tables (LIKE 'sqlite_%' with "_" a wildcard)."""
+    path = tmp_path / "wr.sqlite"
+    conn = sqlite3.connect(path)
+    conn.executescript(
+        """
+        CREATE TABLE a (id INTEGER PRIMARY KEY, name TEXT) STRICT, WITHOUT ROWID;
+        CREATE TABLE b (id INTEGER PRIMARY KEY, name TEXT) WITHOUT ROWID, STRICT;
+        CREATE TABLE c (id INTEGER PRIMARY KEY, name TEXT) WITHOUT ROWID /* comment */;
+        CREATE TABLE d (id INTEGER PRIMARY KEY, name TEXT);
+        CREATE TABLE sqlite1 (id INTEGER PRIMARY KEY, d_id INTEGER REFERENCES d (id));
+        CREATE TABLE "SQLiteUsers" (id INTEGER PRIMARY KEY);
+        CREATE TABLE seq (id INTEGER PRIMARY KEY AUTOINCREMENT);
+        """
+    )
+    conn.close()
+    conn = sqlite3.connect(path)
+    tables, notes = read_catalog(conn)
+    conn.close()
+    assert {t: info.without_rowid for t, info in tables.items()} == {
+        "SQLiteUsers": False, "a": True, "b": True, "c": True, "d": False, "seq": False, "sqlite1": False,
+    }  # fmt: skip
+    assert notes == []
+
+
+def test_a_foreign_key_with_fewer_columns_than_the_parent_key_is_ignored_with_a_note(tmp_path):
+    """SQLite calls it a foreign key mismatch; it was read as c.x -> p.a, a join on half the key."""
+    path = tmp_path / "mismatch.sqlite"
+    conn = sqlite3.connect(path)
+    conn.executescript(
+        """
+        CREATE TABLE p (a INTEGER, b INTEGER, name TEXT, PRIMARY KEY (a, b));
+        CREATE TABLE c (id INTEGER PRIMARY KEY, x INTEGER REFERENCES p, label TEXT);
+        """
+    )
+    tables, notes = read_catalog(conn)
+    conn.close()
+    assert tables["c"].foreign_keys == ()
+    assert notes == ["c: foreign key ['x'] -> p has 1 column(s) but p's primary key has 2; ignored (SQLite calls it a foreign key mismatch)"]
