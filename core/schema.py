@@ -294,11 +294,27 @@ def _load_descriptions(path: Path | None, schema_tables: dict[str, list[Column]]
     for tname, tdoc in tables.items():
         if tname not in schema_tables:
             raise DataError(f"describes unknown table {tname!r}", where=path)
+        _check_text_fields(tdoc, ("description", "zh", "description_zh"), f"tables.{tname}", path)
+        columns = (tdoc or {}).get("columns") or {}
+        if not isinstance(columns, dict):
+            raise DataError(f'tables.{tname}.columns must be an object {{"column": {{...}}}}', where=path)
         known = {c.name for c in schema_tables[tname]}
-        for cname in (tdoc or {}).get("columns", {}):
+        for cname, cdoc in columns.items():
             if cname not in known:
                 raise DataError(f"describes unknown column {tname}.{cname}", where=path)
+            _check_text_fields(cdoc, ("description", "zh"), f"tables.{tname}.columns.{cname}", path)
     return tables
+
+
+def _check_text_fields(doc: Any, fields: tuple[str, ...], where: str, path: Path) -> None:
+    """``doc`` is null or an object whose ``fields`` are strings when present; DataError names ``where``."""
+    if doc is None:
+        return
+    if not isinstance(doc, dict):
+        raise DataError(f"{where} must be an object with {', '.join(fields)} (got {type(doc).__name__})", where=path)
+    for f in fields:
+        if doc.get(f) is not None and not isinstance(doc[f], str):
+            raise DataError(f"{where}.{f} must be text (got {type(doc[f]).__name__})", where=path)
 
 
 def introspect(db: str | Path, descriptions: str | Path | None = None, name: str | None = None) -> Schema:
@@ -368,8 +384,8 @@ def introspect(db: str | Path, descriptions: str | Path | None = None, name: str
                 c.type,
                 c.primary_key,
                 c.not_null,
-                description=str(cdocs.get(c.name, {}).get("description", "")),
-                zh=str(cdocs.get(c.name, {}).get("zh", "")),
+                description=(cdocs.get(c.name) or {}).get("description") or "",
+                zh=(cdocs.get(c.name) or {}).get("zh") or "",
                 samples=c.samples,
             )
             for c in raw_cols[t]
@@ -379,9 +395,9 @@ def introspect(db: str | Path, descriptions: str | Path | None = None, name: str
                 t,
                 cols,
                 counts[t],
-                description=str(tdoc.get("description", "")),
-                zh=str(tdoc.get("zh", "")),
-                description_zh=str(tdoc.get("description_zh", "")),
+                description=tdoc.get("description") or "",
+                zh=tdoc.get("zh") or "",
+                description_zh=tdoc.get("description_zh") or "",
             )
         )
     if not fks:

@@ -110,6 +110,27 @@ def test_description_sidecar(tiny_db, tmp_path):
         introspect(tiny_db, descriptions=side)
 
 
+@pytest.mark.parametrize(("doc", "message"), [
+    ({"customers": "buyers"}, r"tables\.customers must be an object with description, zh, description_zh \(got str\)"),
+    ({"customers": {"columns": ["city"]}}, r"tables\.customers\.columns must be an object"),
+    ({"customers": {"columns": {"city": "the city"}}}, r"tables\.customers\.columns\.city must be an object"),
+    ({"customers": {"description": {"x": 1}}}, r"tables\.customers\.description must be text \(got dict\)"),
+])  # fmt: skip
+def test_a_malformed_description_sidecar_is_one_error_naming_the_field(tiny_db, tmp_path, doc, message):
+    """Each was an AttributeError traceback, or (a dict as a description) stored as the text "{'x': 1}"."""
+    side = tmp_path / "desc.json"
+    side.write_text(json.dumps({"tables": doc}))
+    with pytest.raises(DataError, match=f"desc.json: {message}"):
+        introspect(tiny_db, descriptions=side)
+
+
+def test_null_descriptions_are_empty_not_the_word_none(tiny_db, tmp_path):
+    side = tmp_path / "desc.json"
+    side.write_text(json.dumps({"tables": {"customers": {"description": None, "columns": {"city": {"zh": None}}}}}))
+    table = introspect(tiny_db, descriptions=side).table("customers")
+    assert table.description == "" and table.column("city").zh == ""
+
+
 def test_schema_round_trip(tiny_db):
     s = introspect(tiny_db)
     from core.schema import Schema

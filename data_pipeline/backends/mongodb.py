@@ -376,11 +376,11 @@ def _describe(schema: Schema, sidecar: Path) -> Schema:
     for t in d["tables"]:
         tdoc = doc.get(t["name"], {}) or {}
         for key in ("description", "zh", "description_zh"):
-            t[key] = str(tdoc.get(key, ""))
+            t[key] = tdoc.get(key) or ""
         cdocs = tdoc.get("columns", {}) or {}
         for c in t["columns"]:
-            c["description"] = str(cdocs.get(c["name"], {}).get("description", ""))
-            c["zh"] = str(cdocs.get(c["name"], {}).get("zh", ""))
+            c["description"] = (cdocs.get(c["name"]) or {}).get("description") or ""
+            c["zh"] = (cdocs.get(c["name"]) or {}).get("zh") or ""
     return Schema.from_dict(d)
 
 
