@@ -27,8 +27,8 @@ class Route2SQLError(Exception):
 
     >>> str(Route2SQLError("no foreign keys", where="shop.sqlite"))
     'shop.sqlite: no foreign keys'
-    >>> str(Route2SQLError("bad label", where="train.jsonl", line=3))
-    'train.jsonl:3: bad label'
+    >>> str(Route2SQLError("bad label", where="train.jsonl", line=3)), str(Route2SQLError("bad label", line=3))
+    ('train.jsonl:3: bad label', 'line 3: bad label')
     """
 
     def __init__(self, message: str, *, where: str | Path | None = None, line: int | None = None):
@@ -38,6 +38,8 @@ class Route2SQLError(Exception):
         prefix = ""
         if self.where is not None:
             prefix = f"{self.where}:{line}: " if line is not None else f"{self.where}: "
+        elif line is not None:
+            prefix = f"line {line}: "
         super().__init__(prefix + message)
 
     def __reduce__(self) -> tuple[object, ...]:

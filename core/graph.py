@@ -74,14 +74,20 @@ class JoinPath:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any], *, where: str | None = None, line: int | None = None) -> JoinPath:
-        """Read ``{"anchor": ..., "via": [...], "target": ...}``; DataError names the missing field."""
-        try:
-            via = d.get("via") or []
-            if isinstance(via, str):
-                via = [] if via in ("", "null") else [v.strip() for v in via.split("->")]
-            return cls(str(d["anchor"]), tuple(str(v) for v in via), str(d["target"]))
-        except (KeyError, TypeError, AttributeError) as exc:
-            raise DataError(f"path needs fields anchor, via, target (got {d!r})", where=where, line=line) from exc
+        """Read ``{"anchor": ..., "via": [...], "target": ...}`` (``via`` may also be ``"A -> B"``,
+        ``"null"`` or absent). DataError names the file and line: a field missing, an anchor or
+        target that is not a non-empty string, a via that is not a list of table names."""
+        got = repr(d)[:120]
+        if not isinstance(d, dict):
+            raise DataError(f"path must be an object with anchor, via, target (got {got})", where=where, line=line)
+        via = d.get("via") or []
+        if isinstance(via, str):
+            via = [] if via in ("", "null") else [v.strip() for v in via.split("->")]
+        ends = (d.get("anchor"), d.get("target"))
+        if not all(isinstance(t, str) and t for t in ends) or not isinstance(via, (list, tuple)) \
+                or not all(isinstance(v, str) and v for v in via):
+            raise DataError(f"path needs fields anchor, via, target as table names (got {got})", where=where, line=line)
+        return cls(d["anchor"], tuple(via), d["target"])
 
 
 class SchemaGraph:

@@ -62,7 +62,7 @@ def load_human_questions(
     """
     p = Path(path)
     try:
-        lines = p.read_text(encoding="utf-8-sig").splitlines()  # a byte-order mark (Windows editors) is no error
+        lines = p.read_text(encoding="utf-8-sig").split("\n")  # a byte-order mark (Windows editors) is no error; only "\n" ends a line (U+2028 inside a question does not)
     except FileNotFoundError as exc:
         raise DataError("human-written question file not found", where=p) from exc
     except (OSError, UnicodeDecodeError) as exc:

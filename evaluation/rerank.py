@@ -82,7 +82,7 @@ def read_scores(path: str | Path) -> list[tuple[JoinPath, list[CandidateScore]]]
     p = Path(path)
     out = []
     try:
-        lines = p.read_text(encoding="utf-8").splitlines()
+        lines = p.read_text(encoding="utf-8").split("\n")  # as core.io: U+2028 inside a string ends no line
     except (OSError, UnicodeDecodeError) as exc:
         raise DataError(f"unreadable ({exc})", where=p) from exc
     for i, line in enumerate(lines, 1):

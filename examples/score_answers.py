@@ -97,6 +97,8 @@ def read_records(path: Path, required: dict[str, type], optional: dict[str, type
         for key, kind in optional.items():
             if rec.get(key) is not None and not isinstance(rec[key], kind):
                 raise DataError(f"field {key!r} must be a {kind.__name__} or null", where=path, line=line)
+        if rec.get("path") is not None:
+            JoinPath.from_dict(rec["path"], where=path, line=line)  # a bad route is named here, with its file and line
         records.append(rec)
     return records
 

@@ -79,6 +79,18 @@ def test_a_users_own_human_file(tmp_path: Path, encoding: str) -> None:
     assert [s.question for s in ds.human] == ["谁供应 Chai？"] and summary["splits"]["human"] == 1
 
 
+def test_a_line_separator_inside_a_question_ends_no_line(tmp_path: Path) -> None:
+    """json.dumps(ensure_ascii=False) writes U+2028 and U+0085 raw; str.splitlines() split the
+    record there ("mine.jsonl:1: not a JSON object")."""
+    rec = {"question": "Who supplies\u2028Chai?\u0085", "sql": "SELECT CompanyName FROM Suppliers",
+           "path": {"anchor": "Suppliers", "via": [], "target": "Suppliers"}}  # fmt: skip
+    f = tmp_path / "mine.jsonl"
+    f.write_text(json.dumps(rec, ensure_ascii=False) + "\n" + json.dumps(rec, ensure_ascii=False) + "\n", encoding="utf-8")
+    with load_backend("sqlite", "northwind") as backend:
+        got = load_human_questions(f, SchemaGraph(backend.introspect()), backend)
+    assert [s.question for s in got] == [rec["question"].strip()] * 2
+
+
 BAD = [
     ("not json\n", "mine.jsonl:1: not a JSON object"),
     ('{"question": "q", "sql": "SELECT 1"}\n', "mine.jsonl:1: record lacks field 'path'"),

@@ -82,3 +82,13 @@ def test_missing_or_mistyped_fields_and_a_folder_for_json_out_are_one_line_error
     msg = _fail(monkeypatch, capsys, "--questions", str(good), "--answers", str(answers), "--db", str(tiny_db),
                 "--json-out", str(tmp_path))  # fmt: skip
     assert msg == f"error: {tmp_path}: is a folder; give a file name for the output"
+
+
+@pytest.mark.parametrize("path", [{"anchor": "customers"}, {"anchor": "customers", "via": 5, "target": "orders"},
+                                  {"anchor": None, "via": [], "target": "orders"}, "customers"])  # fmt: skip
+def test_a_malformed_route_names_its_file_and_line(tiny_db, tmp_path, monkeypatch, capsys, path):
+    """It said "path needs fields anchor, via, target" with no file or line; a null anchor was read as the table "None"."""
+    good = _write(tmp_path / "q.jsonl", [{"question": "How many customers?", "sql": "SELECT 1"}])
+    answers = _write(tmp_path / "a.jsonl", [{"question": "How many customers?", "sql": "SELECT 1", "path": path}])
+    msg = _fail(monkeypatch, capsys, "--questions", str(good), "--answers", str(answers), "--db", str(tiny_db))
+    assert msg.startswith(f"error: {answers}:1: ") and "path" in msg and "\n" not in msg
