@@ -401,7 +401,6 @@ def run_generation(
     """
     import torch
 
-    from data_pipeline.backends.sqlite import SQLiteExecutor
     from generator.consistency import vote
     from generator.folders import GENERATOR_META, load_policy
     from generator.prompt import prompt_token_ids, sample_messages
@@ -410,7 +409,7 @@ def run_generation(
     from generator.models import ModelConfig
     from generator.retrieval import ExampleRetriever
     from rewards.answer import parse_answer
-    from rewards.sql_execution import ExecutionScorer
+    from rewards.sql_execution import ExecutionScore, ExecutionScorer
 
     torch.manual_seed(cfg.seed)
     generator = cfg.generator if generator is None else generator
@@ -423,7 +422,9 @@ def run_generation(
         raise ConfigError(exc.message, where="--generator") from exc
     retriever = ExampleRetriever(ds.split("train")) if ps.k_examples > 0 else None
     scorer = ExecutionScorer(timeout_s=cfg.timeout_s)
-    executor = SQLiteExecutor(timeout_s=cfg.timeout_s)
+    # a model-written query runs first in a worker process that is killed at its deadline: one
+    # SQLite function call (instr or trim over megabyte strings) is not stopped by the timeout
+    executor = ExecutionScorer(timeout_s=cfg.timeout_s, workers=1)
     metrics: dict[str, Any] = {}
     rows_by_condition: dict[str, list[dict[str, Any]]] = {}
     linked_by_question: dict[str, list[Any]] = {}
@@ -472,7 +473,11 @@ def run_generation(
                 pick = ran[won][0] if won is not None else 0
             sql = sqls[pick]
             t1 = time.perf_counter()
-            score = scorer.score(ds.db_path, sql, s.sql)
+            first = executor.execute(ds.db_path, sql) if sql else None
+            if first is not None and first.timed_out:
+                score = ExecutionScore(0.0, False, str(first.error), first)
+            else:  # it finishes: scored here, with the gold query's rows
+                score = scorer.score(ds.db_path, sql, s.sql)
             exec_ms = 1000 * (time.perf_counter() - t1)
             ran = score.pred is not None and score.pred.ok
             rows.append({
