@@ -315,3 +315,17 @@ def read_jsonl_lines(path: str | Path) -> list[tuple[int, dict[str, Any]]]:
                     raise DataError(f"not valid Unicode text (a lone surrogate {exc.object[exc.start]!r})", where=path, line=lineno) from exc
             out.append((lineno, obj))
     return out
+
+
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def terminal_safe(text: object) -> str:
+    r"""``str(text)`` with control characters other than newline and tab written as escapes, so
+    that a printed database value, question or model answer cannot clear the screen, move the
+    cursor or retitle the terminal.
+
+    >>> terminal_safe("a\x1b[2Jb\tc")
+    'a\\x1b[2Jb\tc'
+    """
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", str(text))

@@ -27,7 +27,7 @@ from typing import Any
 
 from core.errors import DataError, Route2SQLError
 from core.graph import JoinPath
-from core.io import atomic_write_text, ensure_writable_file, read_jsonl_lines
+from core.io import atomic_write_text, ensure_writable_file, read_jsonl_lines, terminal_safe
 from data_pipeline.sample_databases import resolve_database
 from rewards.sql_execution import ExecutionScorer, gold_is_ordered, results_match
 
@@ -133,8 +133,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         for row in result["rows"]:
             if not row["exec_right"]:
                 mark = {True: "route ok", False: "route WRONG", None: ""}[row["route_right"]]
-                print(f"- {row['line']}: {row['question']} [{mark}]\n    sql:  {row['sql']}\n    gold: {row['gold_sql']}"
-                      + (f"\n    error: {row['error']}" if row["error"] else ""))  # fmt: skip
+                print(terminal_safe(f"- {row['line']}: {row['question']} [{mark}]\n    sql:  {row['sql']}\n    gold: {row['gold_sql']}"
+                                    + (f"\n    error: {row['error']}" if row["error"] else "")))  # fmt: skip
     print(f"route (full path): {_pct(result['route_right'], result['route_n'])}")
     print(f"rows equal the gold query's: {_pct(result['exec_right'], result['n'])}")
     for lang, (k, n) in sorted(result["by_language"].items()):

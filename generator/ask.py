@@ -45,7 +45,7 @@ from data_pipeline.backends.sqlite import ExecutionResult
 from core.cli import check_text_arguments, parse, run_main
 from core.errors import CheckpointError, ConfigError, DataError, SchemaError
 from core.graph import JoinPath
-from core.io import ensure_writable_file, read_jsonl_lines, write_jsonl
+from core.io import ensure_writable_file, read_jsonl_lines, terminal_safe, write_jsonl
 from data_pipeline.encoders import quiet_loading
 from generator.consistency import vote
 from generator.folders import GENERATOR_META, load_policy, prompt_settings_for
@@ -404,25 +404,30 @@ def typed_questions(stream: IO[bytes] | None = None) -> Iterator[str]:
 
 
 def _print(answer: Answer) -> None:
-    print(f"\nQ: {answer.question}")
+    """Show one answer; control characters from the question, the model or the data are escaped."""
+    _say(f"\nQ: {answer.question}")
     if answer.path is not None:
         flag = "  (uncertain: see the alternatives)" if answer.uncertain else ""
-        print(f"route: {answer.path}  confidence {answer.confidence:.2f}{flag}")
+        _say(f"route: {answer.path}  confidence {answer.confidence:.2f}{flag}")
         if answer.uncertain and answer.alternatives:
             for p, q in answer.alternatives:
-                print(f"   or: {p}  confidence {q:.2f}")
+                _say(f"   or: {p}  confidence {q:.2f}")
     if answer.values:
-        print("values: " + "; ".join(f"{v['table']}.{v['column']} = {v['value']!r}" for v in answer.values[:3]))
-    print(f"SQL: {answer.sql}")
+        _say("values: " + "; ".join(f"{v['table']}.{v['column']} = {v['value']!r}" for v in answer.values[:3]))
+    _say(f"SQL: {answer.sql}")
     if answer.repairs:
-        print("repaired: " + "; ".join(answer.repairs))
+        _say("repaired: " + "; ".join(answer.repairs))
     if answer.error:
-        print(f"error: {answer.error}")
+        _say(f"error: {answer.error}")
         return
-    print(" | ".join(answer.columns or []))
+    _say(" | ".join(answer.columns or []))
     for r in answer.rows[:SHOWN_ROWS]:
-        print(" | ".join(str(v) for v in r))
-    print(_rows_line(answer))
+        _say(" | ".join(str(v) for v in r))
+    _say(_rows_line(answer))
+
+
+def _say(text: str) -> None:
+    print(terminal_safe(text))
 
 
 def _rows_line(answer: Answer) -> str:

@@ -44,7 +44,7 @@ import tyro
 from core.cli import check_text_arguments, parse, run_main
 from core.errors import DataError
 from core.graph import JoinPath, SchemaGraph
-from core.io import ensure_writable_file, read_jsonl, write_jsonl
+from core.io import ensure_writable_file, read_jsonl, terminal_safe, write_jsonl
 from core.schema import Schema, introspect
 from core.values import ValueIndex, load_value_index
 from router.checkpoint import SCHEMA_FILE, SCHEMAS_FILE, RouterCheckpointConfig
@@ -440,7 +440,7 @@ def _print_routes(routes: Sequence[RoutedPath], graph: SchemaGraph, calibrated: 
 
     console = Console()
     for r in routes:
-        table = RichTable(title=r.question, title_justify="left", show_lines=False)
+        table = RichTable(title=escape(terminal_safe(r.question)), title_justify="left", show_lines=False)
         # one scale per column: the calibrated confidence when the router was calibrated, else p(path)
         last = "confidence" if calibrated else "p(path)"
         for col in ("#", "anchor", "via", "target", last):
@@ -460,7 +460,7 @@ def _print_routes(routes: Sequence[RoutedPath], graph: SchemaGraph, calibrated: 
             console.print(f"confidence {r.confidence:.2f} ({note})")
         if r.values:
             linked = ", ".join(f"{v['table']}.{v['column']} = {v['value']!r} ({v['score']:.2f})" for v in r.values[:3])
-            console.print(f"[bold]values:[/bold] {escape(linked)}")
+            console.print(f"[bold]values:[/bold] {escape(terminal_safe(linked))}")
         console.print(f"[bold]skeleton:[/bold] {escape(r.skeleton)}")  # a pipeline's JSON holds brackets
 
 

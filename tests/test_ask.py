@@ -98,6 +98,16 @@ def test_the_rows_line_says_how_many_rows_were_shown_of_how_many() -> None:
     assert capped.to_dict()["truncated"] is True
 
 
+def test_printed_answers_escape_control_characters(capsys: pytest.CaptureFixture[str]) -> None:
+    """A value in the database (or a question, or the model's SQL) holding ESC [2J cleared the screen."""
+    from generator.ask import Answer, _print
+
+    _print(Answer("who\x1b]0;owned\x07?", sql="SELECT '\x1b[2J'", columns=["c"], rows=[["\x1b[2J\tok"]]))
+    out = capsys.readouterr().out
+    assert "\x1b" not in out and "\x07" not in out
+    assert "who\\x1b]0;owned\\x07?" in out and "\\x1b[2J\tok" in out
+
+
 QUESTION = "which categories does the supplier Nordic Fish AS supply"
 GOLD = JoinPath("suppliers", ("products",), "categories")
 
