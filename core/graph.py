@@ -183,9 +183,7 @@ class SchemaGraph:
         """
         out = set()
         for t in self.schema.tables:
-            fk_cols = {
-                c for fk in self.schema.foreign_keys if fk.table == t.name and fk.ref_table != t.name for c, _ in fk.pairs
-            }
+            fk_cols = {c for fk in self.schema.foreign_keys if fk.table == t.name and fk.ref_table != t.name for c in fk.columns}
             if len(fk_cols) >= 2 and all(c.primary_key or c.name in fk_cols for c in t.columns):
                 out.add(t.name)
         return frozenset(out)

@@ -77,6 +77,16 @@ class ForeignKey:
         """Every ``(column, ref_column)`` pair of the key, the first one first."""
         return ((self.column, self.ref_column), *self.more_pairs)
 
+    @property
+    def columns(self) -> tuple[str, ...]:
+        """The referencing columns of ``table``, in key order."""
+        return (self.column, *(c for c, _ in self.more_pairs))
+
+    @property
+    def ref_columns(self) -> tuple[str, ...]:
+        """The referenced columns of ``ref_table``, in key order."""
+        return (self.ref_column, *(rc for _, rc in self.more_pairs))
+
     def to_list(self) -> list[Any]:
         """JSON form: ``[table, column, ref_table, ref_column]``, plus ``[[column, ref_column], ...]``
         for the other pairs of a composite key (read back by :meth:`from_list`)."""
@@ -94,8 +104,7 @@ class ForeignKey:
     def __str__(self) -> str:
         if not self.more_pairs:
             return f"{self.table}.{self.column} -> {self.ref_table}.{self.ref_column}"
-        cols, refs = zip(*self.pairs, strict=True)
-        return f"{self.table}({', '.join(cols)}) -> {self.ref_table}({', '.join(refs)})"
+        return f"{self.table}({', '.join(self.columns)}) -> {self.ref_table}({', '.join(self.ref_columns)})"
 
 
 @dataclass(frozen=True)
@@ -374,32 +383,29 @@ def introspect(db: str | Path, descriptions: str | Path | None = None, name: str
         for key in info.foreign_keys
     ]
     desc = _load_descriptions(Path(descriptions) if descriptions else None, raw_cols)
-    tables = []
-    for t in names:
-        tdoc = desc.get(t, {}) or {}
-        cdocs = tdoc.get("columns", {}) or {}
-        cols = tuple(
-            Column(
-                c.name,
-                c.type,
-                c.primary_key,
-                c.not_null,
-                description=(cdocs.get(c.name) or {}).get("description") or "",
-                zh=(cdocs.get(c.name) or {}).get("zh") or "",
-                samples=c.samples,
-            )
-            for c in raw_cols[t]
-        )
-        tables.append(
-            Table(
-                t,
-                cols,
-                counts[t],
-                description=tdoc.get("description") or "",
-                zh=tdoc.get("zh") or "",
-                description_zh=tdoc.get("description_zh") or "",
-            )
-        )
+    tables = tuple(Table(t, tuple(raw_cols[t]), counts[t]) for t in names)
     if not fks:
         warnings.warn(f"{path}: no foreign keys; only single-table paths exist", stacklevel=2)
-    return Schema(name or path.stem, tuple(tables), tuple(sorted(set(fks), key=lambda f: (f.table, f.column))), source=str(path))
+    schema = Schema(name or path.stem, tables, tuple(sorted(set(fks), key=lambda f: (f.table, f.column))), source=str(path))
+    return describe(schema, desc)
+
+
+def describe(schema: Schema, tables_doc: dict[str, Any]) -> Schema:
+    """``schema`` with the names and descriptions of a sidecar's checked ``tables`` object
+    (:func:`_load_descriptions`); a table or column it leaves out, or a null text, gets ``""``.
+    Used by every backend, so a sidecar reads the same on SQLite and MongoDB."""
+
+    def text(doc: dict[str, Any] | None, key: str) -> str:
+        return (doc or {}).get(key) or ""
+
+    tables = []
+    for t in schema.tables:
+        tdoc = tables_doc.get(t.name) or {}
+        cdocs = tdoc.get("columns") or {}
+        cols = tuple(
+            Column(c.name, c.type, c.primary_key, c.not_null, text(cdocs.get(c.name), "description"),
+                   text(cdocs.get(c.name), "zh"), c.samples)
+            for c in t.columns
+        )  # fmt: skip
+        tables.append(Table(t.name, cols, t.row_count, text(tdoc, "description"), text(tdoc, "zh"), text(tdoc, "description_zh")))
+    return Schema(schema.name, tuple(tables), schema.foreign_keys, source=schema.source, backend=schema.backend)

@@ -430,7 +430,7 @@ class ValueIndex:
         """
         cfg = config or ValueIndexConfig()
         notes: list[str] = []
-        refs = {(fk.table, c) for fk in schema.foreign_keys for c, _ in fk.pairs}
+        refs = {(fk.table, c) for fk in schema.foreign_keys for c in fk.columns}
         cols: list[IndexedColumn] = []
         for table in schema.tables:
             if table.row_count == 0:

@@ -126,9 +126,9 @@ def key_columns(schema: Schema, table: Table) -> set[str]:
     keys = set(table.primary_key)
     for fk in schema.foreign_keys:
         if fk.table == table.name:
-            keys.update(c for c, _ in fk.pairs)
+            keys.update(fk.columns)
         if fk.ref_table == table.name:
-            keys.update(rc for _, rc in fk.pairs)
+            keys.update(fk.ref_columns)
     return keys
 
 

@@ -131,8 +131,7 @@ def _indexed_fields(schema: Schema, table: Table) -> list[tuple[tuple[str, ...],
     if table.primary_key:
         specs.append((table.primary_key, True))
     for fk in schema.foreign_keys:
-        mine, theirs = zip(*fk.pairs, strict=True)
-        for t, fields in ((fk.table, mine), (fk.ref_table, theirs)):
+        for t, fields in ((fk.table, fk.columns), (fk.ref_table, fk.ref_columns)):
             if t == table.name and fields not in [s for s, _ in specs]:
                 specs.append((fields, False))
     return specs

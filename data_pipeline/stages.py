@@ -240,7 +240,7 @@ def _unnamed_entity(table: str, ctx: StageContext) -> str:
     """The column that identifies a row of a table without a name column: its own short text
     (not a copy of another table's, not a foreign key), else its primary key ("order 10248"),
     else the profile's first entity column."""
-    refs = {c for fk in ctx.schema.foreign_keys if fk.table == table for c, _ in fk.pairs}
+    refs = {c for fk in ctx.schema.foreign_keys if fk.table == table for c in fk.columns}
     prof = ctx.profiles[table]
     pk = ctx.schema.table(table).primary_key
     for c in prof.entity:
@@ -557,7 +557,7 @@ def _is_key(schema: Schema, table: str, column: str) -> bool:
     """A primary or foreign key, or a column named like one (``RegionID``): what it holds is no place or price."""
     c = schema.table(table).column(column)
     h = humanize(column)
-    refs = any(fk.table == table and column in (c for c, _ in fk.pairs) for fk in schema.foreign_keys)
+    refs = any(fk.table == table and column in fk.columns for fk in schema.foreign_keys)
     return c.primary_key or refs or h == "id" or h.endswith(" id")
 
 

@@ -369,19 +369,9 @@ def _declared_schema(
 
 
 def _describe(schema: Schema, sidecar: Path) -> Schema:
-    from core.schema import _load_descriptions  # the SQLite backend's sidecar reader and checks
+    from core.schema import _load_descriptions, describe  # the SQLite backend's sidecar reader, checks and reading
 
-    doc = _load_descriptions(sidecar, {t.name: list(t.columns) for t in schema.tables})
-    d = schema.to_dict()
-    for t in d["tables"]:
-        tdoc = doc.get(t["name"], {}) or {}
-        for key in ("description", "zh", "description_zh"):
-            t[key] = tdoc.get(key) or ""
-        cdocs = tdoc.get("columns", {}) or {}
-        for c in t["columns"]:
-            c["description"] = (cdocs.get(c["name"]) or {}).get("description") or ""
-            c["zh"] = (cdocs.get(c["name"]) or {}).get("zh") or ""
-    return Schema.from_dict(d)
+    return describe(schema, _load_descriptions(sidecar, {t.name: list(t.columns) for t in schema.tables}))
 
 
 def _norm(text: str) -> str:
