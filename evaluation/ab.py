@@ -104,7 +104,7 @@ class ABConfig:
     rerank_describe: bool = True
     """With --rerank-model: show the database's table and column descriptions to that model (helps where names are abbreviations; False: names only, faster)."""
     repair: bool = False
-    """Repair each generated query's column references from the schema and the question's linked values before it runs (a column written under the wrong joined table, a misspelt column name, a linked value filtered on the wrong column)."""
+    """Repair each generated query from the schema, the question's linked values and its words before it runs (a column written under the wrong joined table, a misspelt column name, a linked value filtered on the wrong column; "above 80" as > 80, a name for "who", a sum of quantities for "how many units")."""
     samples: int = 1
     """Candidate queries per question; above 1, N-1 more are sampled (temperature 0.7) and the answer is voted by result (self-consistency)."""
     timeout_s: float = 5.0
@@ -394,7 +394,7 @@ def run_generation(
     With ``cfg.constrained`` a routed or gold path's ``FROM ... JOIN`` clause is forced
     (:mod:`generator.constrained`); with ``cfg.samples > 1`` each question gets ``samples - 1``
     sampled queries beside the greedy one and the answer is voted by result (:mod:`generator.consistency`);
-    with ``cfg.repair`` each query's column references are repaired first (:mod:`generator.repair`).
+    with ``cfg.repair`` each query is repaired first (:mod:`generator.repair`).
     The greedy answers of all conditions come from one pass, in which a prompt repeated across
     conditions (a routed path equal to the gold one) is answered once; ``latency_ms`` counts the
     generation time per distinct prompt.

@@ -13,8 +13,9 @@ The chain the project is about, for one question at a time or a file of them:
    recorded in its folder), with the linked values as literals; by default the ``FROM ... JOIN``
    clause is the routed path's (:mod:`generator.constrained`), and with ``--samples N`` the
    answer is voted among N sampled queries by their results (:mod:`generator.consistency`);
-   before a query runs, column references the schema rules out are repaired (:mod:`generator.repair`;
-   ``--no-repair`` leaves them);
+   before a query runs, column references the schema rules out are repaired, and a few question
+   words are honoured: a bound's strictness, a name for "who", a sum of quantities for "how many
+   units" (:mod:`generator.repair`; ``--no-repair`` leaves the query as written);
 3. the query runs read-only (one SELECT, a hard timeout, capped rows) and the first rows are shown.
 
 ``--file`` reads one JSON object per line with a ``question`` (other fields are kept: ``id``);
@@ -138,8 +139,8 @@ class AskPipeline:
         db_path: the SQLite database the queries run on (read-only).
         prompt: how the generator's prompts are built (as it was trained).
         constrained: force the routed path's ``FROM ... JOIN`` clause (:mod:`generator.constrained`).
-        repair: repair each query's column references from the schema and the question's linked
-            values before it runs (:mod:`generator.repair`).
+        repair: repair each query from the schema, the question's linked values and its words
+            before it runs (:mod:`generator.repair`).
         samples: candidate queries per question; above 1, sampled at ``temperature`` and voted
             by result (:mod:`generator.consistency`), the greedy answer among them.
         temperature: sampling temperature for the extra candidates.
@@ -336,7 +337,7 @@ class AskConfig:
     constrained: bool = True
     """Make the query's FROM ... JOIN clause the routed path's."""
     repair: bool = True
-    """Before a query runs, fix column references the schema rules out: a column written under the wrong table of its joins, a misspelt column name, a value from the question filtered on a column that does not hold it."""
+    """Before a query runs, fix column references the schema rules out: a column written under the wrong table of its joins, a misspelt column name, a value from the question filtered on a column that does not hold it; and follow the question's words where the query does not: "above 80" is > 80 and "at least 80" is >= 80, "who" is answered by a name, "how many units" by a sum of the quantity column."""
     max_new_tokens: int = 192
     """Tokens per generated answer at most."""
     max_rows: int = 100

@@ -1,16 +1,17 @@
-"""Schema-aware repair of a generated query's column references, before it is executed.
+"""Rule-based repair of a generated query from the schema and the question, before it is executed.
 
 A small generator often writes the right column under the wrong table of its own join
 (``Orders.UnitPrice`` where the query joins ``"Order Details"``, which holds ``UnitPrice``), a
 near-miss of a column name, or filters a linked value on the wrong column of the right table
 (``Categories.CategoryID = 'Produce'`` where the value is a ``CategoryName``). Each of these is a
 query that fails or returns nothing, and each can be fixed from the schema and the question's
-value linking alone, without another model call. This is the rule-based analogue of the
-correction step of text-to-SQL pipelines (DIN-SQL's self-correction, CHESS's revision agent),
-in the spirit of PICARD's rejection of references to columns a table lacks (Scholak et al.,
-2021); it runs on finished queries, so it works with any decoding.
+value linking alone, without another model call. Rules 5-7 also read the question's words where
+a small model ignores them: a bound's strictness, "who", "how many units". This is the
+rule-based analogue of the correction step of text-to-SQL pipelines (DIN-SQL's self-correction,
+CHESS's revision agent), in the spirit of PICARD's rejection of references to columns a table
+lacks (Scholak et al., 2021); it runs on finished queries, so it works with any decoding.
 
-Four rules, each applied only when its answer is unique:
+Seven rules, each applied only when its answer is unique:
 
 1. **Requalify**: ``T.c`` where the table ``T`` of the query has no column ``c`` but exactly one
    other table of the query does: ``c`` is qualified with that table.
@@ -25,8 +26,21 @@ Four rules, each applied only when its answer is unique:
    people, and a person is named by the whole name, as the data's answer columns do
    (:func:`core.values.name_halves`).
 
-A query that parses and references only existing columns is returned unchanged, character for
-character; so is one sqlglot cannot parse.
+5. **Strictness from the question**: ``c >= 80`` where the question says "above 80" (more than,
+   over, exceeding, 超过, 大于 ...) becomes ``c > 80``, and ``c > 80`` where it says "at least 80"
+   (no less than, 80 or more, 至少, 不少于 ...) becomes ``c >= 80``; the same for ``<`` and
+   ``<=``. Only a number the question writes is touched, and only its strictness, never the
+   direction. 以上 and 以下 are left alone: Chinese uses them both ways.
+6. **"Who" asks for a name**: a question that asks who (who, whom, whose, 谁) answered by one
+   plain column that is not a name (``Customers.ContactTitle``, ``Customers.CustomerID``) gets the
+   table's name column instead: the one whose other words the question uses ("the contact" ->
+   ``ContactName``), else the first in the table's order. Split person names are rule 4's.
+7. **Units are summed**: "how many units", "多少件" answered by a lone ``COUNT(...)`` over tables
+   of which exactly one has a numeric quantity column (``"Order Details".Quantity``) becomes
+   ``SUM`` of that column: counting order lines is not counting the units on them.
+
+A query that parses and references only existing columns, and that no rule changes, is returned
+unchanged, character for character; so is one sqlglot cannot parse.
 
 >>> from core.schema import Column, Schema, Table
 >>> s = Schema("shop", (Table("Orders", (Column("OrderID"), Column("ShipCity"))),
@@ -46,7 +60,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from core.schema import Schema, humanize
+from core.schema import Column, Schema, Table, humanize
 from core.sqlite import sql_ident
 from core.values import ValueMatch, name_halves
 
@@ -60,7 +74,7 @@ class ColumnRepair:
 
     before: str
     after: str
-    rule: str  # "requalified", "closest name" or "linked value"
+    rule: str  # "requalified", "closest name", "linked value", "whole name", "strictness", "who", "units"
 
     def __str__(self) -> str:
         return f"{self.before} -> {self.after} ({self.rule})"
@@ -75,7 +89,7 @@ class RepairedSQL:
 
 
 def repair_sql(sql: str | None, schema: Schema, values: Sequence[ValueMatch] = (), question: str = "") -> RepairedSQL:
-    """``sql`` with its column references repaired against ``schema`` by the module's four rules.
+    """``sql`` with its column references repaired against ``schema`` by the module's seven rules.
 
     Args:
         sql: one SQLite query (``None`` or empty is returned as ``""``).
@@ -83,7 +97,8 @@ def repair_sql(sql: str | None, schema: Schema, values: Sequence[ValueMatch] = (
             SQLite's do.
         values: the question's value matches (``core.values.ValueIndex.lookup``), for rule 3;
             every match counts, not only the one a prompt lists.
-        question: the question, for rule 4 (a half of a name the question asks for is kept).
+        question: the question, for rules 4-7 (a half of a name the question asks for is kept;
+            its comparison words, "who", "units").
 
     Returns:
         The repaired query and what changed. Never raises: a query sqlglot cannot read, or one
@@ -175,9 +190,11 @@ def repair_sql(sql: str | None, schema: Schema, values: Sequence[ValueMatch] = (
             col.set("table", ident(spelled[new_q]))
             col.set("this", ident(columns_of[t].get(c, c)))
             repairs.append(ColumnRepair(before, written(col), "linked value"))
-    whole = _whole_name(tree, schema, question)
-    if whole is not None:
-        repairs.append(whole)
+    for rule in (_whole_name, _who_name, _summed_units):
+        change = rule(tree, schema, question)
+        if change is not None:
+            repairs.append(change)
+    repairs.extend(_strictness(tree, question))
     if not repairs:
         return RepairedSQL(sql)
     return RepairedSQL(tree.sql(dialect="sqlite"), tuple(repairs))
@@ -187,8 +204,8 @@ _FIRST_WORDS = re.compile(r"first ?names?|given names?|forenames?|名字叫")
 _LAST_WORDS = re.compile(r"last ?names?|surnames?|family names?|姓氏|姓什么")
 
 
-def _whole_name(tree: Any, schema: Schema, question: str | None) -> ColumnRepair | None:
-    """Rule 4 on ``tree`` (changed in place): a lone half of a split name becomes both halves."""
+def _lone_column(tree: Any, schema: Schema) -> tuple[Any, Table] | None:
+    """The one plain column a SELECT without GROUP BY returns, and its schema table; else None."""
     from sqlglot import exp
 
     if not isinstance(tree, exp.Select) or len(tree.expressions) != 1 or tree.args.get("group"):
@@ -196,17 +213,47 @@ def _whole_name(tree: Any, schema: Schema, question: str | None) -> ColumnRepair
     col = tree.expressions[0]
     if not isinstance(col, exp.Column) or col.args.get("db") is not None:
         return None
-    from_ = tree.args.get("from_") or tree.args.get("from")  # the key's name depends on sqlglot's version
-    sources = [from_.this if from_ is not None else None, *(j.this for j in tree.args.get("joins") or [])]
-    if not all(isinstance(x, exp.Table) for x in sources):
-        return None  # a subquery's columns are its own SELECT list's: LastName may not be there
-    outer = {x.alias_or_name.lower(): x.name.lower() for x in sources}
+    outer = _outer_tables(tree)
+    if outer is None:
+        return None
     q = col.table.lower()
     tables = set(outer.values())
     table = outer.get(q) if q else (next(iter(tables)) if len(tables) == 1 else None)
     if table is None:
         return None
-    t = next(t for t in schema.tables if t.name.lower() == table)
+    return col, next(t for t in schema.tables if t.name.lower() == table)
+
+
+def _outer_tables(tree: Any) -> dict[str, str] | None:
+    """Qualifier -> table name (both lower case) of a SELECT's FROM and JOINs; None when one is
+    a subquery (its columns are its own SELECT list's)."""
+    from sqlglot import exp
+
+    from_ = tree.args.get("from_") or tree.args.get("from")  # the key's name depends on sqlglot's version
+    sources = [from_.this if from_ is not None else None, *(j.this for j in tree.args.get("joins") or [])]
+    if not all(isinstance(x, exp.Table) for x in sources):
+        return None
+    return {x.alias_or_name.lower(): x.name.lower() for x in sources}
+
+
+def _set_columns(col: Any, names: Sequence[str]) -> list[Any]:
+    """Copies of the column ``col`` naming each of ``names`` (same qualifier)."""
+    from sqlglot import exp
+
+    out = []
+    for n in names:
+        c = col.copy()
+        c.set("this", exp.to_identifier(n, quoted=sql_ident(n) != n))
+        out.append(c)
+    return out
+
+
+def _whole_name(tree: Any, schema: Schema, question: str | None) -> ColumnRepair | None:
+    """Rule 4 on ``tree`` (changed in place): a lone half of a split name becomes both halves."""
+    found = _lone_column(tree, schema)
+    if found is None:
+        return None
+    col, t = found
     halves = name_halves([c.name for c in t.columns if c.is_text])
     if halves is None or col.name.lower() not in {h.lower() for h in halves}:
         return None
@@ -216,13 +263,139 @@ def _whole_name(tree: Any, schema: Schema, question: str | None) -> ColumnRepair
     if humanize(asked.name) in said or (len(asked.zh) >= 2 and asked.zh in said) or words.search(said):
         return None  # "What is Davolio's first name?", "Nancy's surname" ask for the half
     before = col.sql(dialect="sqlite")
-    both = []
-    for h in halves:
-        c = col.copy()
-        c.set("this", exp.to_identifier(h, quoted=sql_ident(h) != h))
-        both.append(c)
+    both = _set_columns(col, halves)
     tree.set("expressions", both)
     return ColumnRepair(before, ", ".join(c.sql(dialect="sqlite") for c in both), "whole name")
+
+
+_WHO = re.compile(r"\b(?:who|whom|whose)\b|谁")
+_ZH_NAME = ("名称", "姓名", "名字")
+
+
+def _is_name_column(column: Column) -> bool:
+    """A text column that names its row: ``CompanyName``, ``first_name``, a sidecar's 药品名称."""
+    return column.is_text and (
+        "name" in humanize(column.name).split()
+        or any(w in column.zh for w in _ZH_NAME)
+        or bool(re.search(r"\bname\b", column.description.lower()))
+    )
+
+
+def _who_name(tree: Any, schema: Schema, question: str | None) -> ColumnRepair | None:
+    """Rule 6 on ``tree`` (changed in place): "who" answered by a column that is not a name."""
+    if not _WHO.search((question or "").casefold()):
+        return None
+    found = _lone_column(tree, schema)
+    if found is None:
+        return None
+    col, t = found
+    asked = next((c for c in t.columns if c.name.lower() == col.name.lower()), None)
+    if asked is None or _is_name_column(asked):
+        return None
+    keys = set(t.primary_key) | {c for fk in schema.foreign_keys if fk.table == t.name for c in fk.columns}
+    names = [c for c in t.columns if c.name not in keys and _is_name_column(c)]
+    if not names:
+        return None
+    halves = name_halves([c.name for c in t.columns if c.is_text])
+    said = set(re.findall(r"\w+", (question or "").casefold()))
+    if halves is not None:
+        chosen = list(halves)
+    else:
+        spoken = [c for c in names if {w for w in humanize(c.name).split() if w != "name"} & said]
+        chosen = [(spoken if len(spoken) == 1 else names)[0].name]
+    before = col.sql(dialect="sqlite")
+    new = _set_columns(col, chosen)
+    tree.set("expressions", new)
+    return ColumnRepair(before, ", ".join(c.sql(dialect="sqlite") for c in new), "who")
+
+
+_UNITS = re.compile(r"\b(?:units?|pieces?)\b|多少件|几件|件数")
+_QUANTITY = re.compile(r"quantity|qty", re.IGNORECASE)
+
+
+def _summed_units(tree: Any, schema: Schema, question: str | None) -> ColumnRepair | None:
+    """Rule 7 on ``tree`` (changed in place): units asked for, order lines counted."""
+    from sqlglot import exp
+
+    if not _UNITS.search((question or "").casefold()):
+        return None
+    if not isinstance(tree, exp.Select) or len(tree.expressions) != 1 or tree.args.get("group"):
+        return None
+    count = tree.expressions[0]
+    if not isinstance(count, exp.Count):
+        return None
+    outer = _outer_tables(tree)
+    if outer is None:
+        return None
+    if any("units" in humanize(c.name).split() for c in tree.find_all(exp.Column)):
+        return None  # "more than 10 units in stock": the units are a column the query already uses
+    by_name = {t.name.lower(): t for t in schema.tables}
+    quantities = [(q, c) for q, table in outer.items() for c in by_name[table].columns
+                  if c.is_numeric and _QUANTITY.search(c.name)]  # fmt: skip
+    if len(quantities) != 1:
+        return None
+    q, c = quantities[0]
+    spelled = next(x.alias_or_name for x in tree.find_all(exp.Table) if x.alias_or_name.lower() == q)
+    total = exp.Sum(this=exp.column(exp.to_identifier(c.name, quoted=sql_ident(c.name) != c.name),
+                                    table=exp.to_identifier(spelled, quoted=sql_ident(spelled) != spelled)))  # fmt: skip
+    before = count.sql(dialect="sqlite")
+    tree.set("expressions", [total])
+    return ColumnRepair(before, total.sql(dialect="sqlite"), "units")
+
+
+# words just before a number (or just after it) that bound it: (direction, strict), inclusive first
+# since "no more than" ends in "more than" and 不超过 in 超过
+_BOUND_BEFORE = (
+    (re.compile(r"(?:at least|no less than|not less than|no fewer than|至少|不少于|不低于|不小于|最少)\W{0,3}$"), (">", False)),
+    (re.compile(r"(?:at most|no more than|not more than|不超过|至多|不高于|不大于|最多)\W{0,3}$"), ("<", False)),
+    (re.compile(r"(?:above|over|more than|greater than|higher than|larger than|exceed(?:s|ing|ed)?|"
+                r"超过|大于|高于|多于)\W{0,3}$"), (">", True)),
+    (re.compile(r"(?:below|under|less than|fewer than|lower than|smaller than|低于|小于|少于)\W{0,3}$"), ("<", True)),
+)  # fmt: skip
+_BOUND_AFTER = (
+    (re.compile(r"^\W{0,3}or (?:more|above|over|higher|greater)\b"), (">", False)),
+    (re.compile(r"^\W{0,3}or (?:less|fewer|below|under|lower)\b"), ("<", False)),
+)
+_BOUNDS = {"GT": (">", True), "GTE": (">", False), "LT": ("<", True), "LTE": ("<", False)}
+_BOUND_NODE = {v: k for k, v in _BOUNDS.items()}
+
+
+def _said_bound(before: str, after: str) -> tuple[str, bool] | None:
+    """(direction, strict) the words around a number say, or None."""
+    for pattern, bound in _BOUND_AFTER:
+        if pattern.search(after):
+            return bound
+    for pattern, bound in _BOUND_BEFORE:
+        if pattern.search(before):
+            return bound
+    return None
+
+
+def _strictness(tree: Any, question: str | None) -> list[ColumnRepair]:
+    """Rule 5 on ``tree`` (changed in place): a bound's strictness as the question words it."""
+    from sqlglot import exp
+
+    said = (question or "").casefold()
+    out: list[ColumnRepair] = []
+    for cmp in list(tree.find_all(exp.GT, exp.GTE, exp.LT, exp.LTE)):
+        lit = cmp.expression
+        if not (isinstance(cmp.this, exp.Column) and isinstance(lit, exp.Literal) and not lit.is_string):
+            continue
+        direction, strict = _BOUNDS[type(cmp).__name__]
+        bounds = set()
+        for m in re.finditer(rf"(?<![\d.]){re.escape(lit.this)}(?![\d.])", said):
+            before = said[max(0, m.start() - 20) : m.start()].rstrip("$¥€£ ")
+            bounds.add(_said_bound(before, said[m.end() : m.end() + 12]))
+        if len(bounds) != 1:
+            continue
+        bound = bounds.pop()
+        if bound is None or bound[0] != direction or bound[1] == strict:
+            continue
+        flipped = getattr(exp, _BOUND_NODE[bound])(this=cmp.this, expression=cmp.expression)
+        before_sql = cmp.sql(dialect="sqlite")
+        cmp.replace(flipped)
+        out.append(ColumnRepair(before_sql, flipped.sql(dialect="sqlite"), "strictness"))
+    return out
 
 
 def _closest(name: str, candidates: list[str]) -> str | None:

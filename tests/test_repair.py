@@ -150,3 +150,118 @@ def test_the_whole_name_rule_needs_no_question(staff) -> None:
     schema, db = staff
     r = repair_sql("SELECT FirstName FROM Employees WHERE City = 'Seattle'", schema, (), None)
     assert rows(db, r.sql) == [("Nancy", "Davolio")]
+
+
+@pytest.fixture
+def trade(tmp_path: Path):
+    db = tmp_path / "trade.sqlite"
+    with sqlite3.connect(db) as conn:
+        conn.executescript(
+            "CREATE TABLE Customers (CustomerID TEXT PRIMARY KEY, CompanyName TEXT, ContactName TEXT, ContactTitle TEXT);"
+            "CREATE TABLE Orders (OrderID INTEGER PRIMARY KEY, CustomerID TEXT REFERENCES Customers, Freight REAL);"
+            "CREATE TABLE Products (ProductID INTEGER PRIMARY KEY, ProductName TEXT, UnitsInStock INTEGER);"
+            'CREATE TABLE "Order Details" (OrderID INTEGER REFERENCES Orders, ProductID INTEGER REFERENCES Products,'
+            " Quantity INTEGER, PRIMARY KEY (OrderID, ProductID));"
+            "INSERT INTO Customers VALUES ('ALFKI', 'Alfreds', 'Maria Anders', 'Sales Representative'),"
+            " ('BONAP', 'Bon app', 'Laurence Lebihan', 'Owner');"
+            "INSERT INTO Orders VALUES (1, 'ALFKI', 80), (2, 'BONAP', 95.5), (3, 'ALFKI', 12);"
+            "INSERT INTO Products VALUES (1, 'Chai', 39), (2, 'Tofu', 35);"
+            'INSERT INTO "Order Details" VALUES (1, 1, 10), (2, 1, 25), (3, 2, 4);'
+        )
+    return introspect(db), db
+
+
+@pytest.mark.parametrize(
+    ("question", "sql", "expected"),
+    [
+        ("Which orders had freight above 80?", "SELECT OrderID FROM Orders WHERE Freight >= 80",
+         "SELECT OrderID FROM Orders WHERE Freight > 80"),
+        ("运费超过 80 的订单", "SELECT OrderID FROM Orders WHERE Freight >= 80", "SELECT OrderID FROM Orders WHERE Freight > 80"),
+        ("orders with freight of at least $80", "SELECT OrderID FROM Orders WHERE Freight > 80",
+         "SELECT OrderID FROM Orders WHERE Freight >= 80"),
+        ("orders with freight 80 or more", "SELECT OrderID FROM Orders AS o WHERE o.Freight > 80",
+         "SELECT OrderID FROM Orders AS o WHERE o.Freight >= 80"),
+        ("freight under 80", "SELECT OrderID FROM Orders WHERE Freight <= 80", "SELECT OrderID FROM Orders WHERE Freight < 80"),
+        # already right; the other direction is never touched; 以上 is read both ways; a number the question lacks
+        ("freight above 80", "SELECT OrderID FROM Orders WHERE Freight > 80", None),
+        ("freight above 80", "SELECT OrderID FROM Orders WHERE Freight <= 80", None),
+        ("运费 80 以上的订单", "SELECT OrderID FROM Orders WHERE Freight >= 80", None),
+        ("expensive freight", "SELECT OrderID FROM Orders WHERE Freight >= 80", None),
+        # the same number said both ways: left
+        ("freight above 80 and orders of at least 80 units", "SELECT OrderID FROM Orders WHERE Freight >= 80", None),
+    ],
+)  # fmt: skip
+def test_a_bound_takes_the_strictness_the_question_says(trade, question: str, sql: str, expected: str | None) -> None:
+    schema, db = trade
+    r = repair_sql(sql, schema, (), question)
+    assert r.sql == (expected or sql)
+    assert [x.rule for x in r.repairs] == (["strictness"] if expected else [])
+
+
+def test_strictness_changes_the_rows(trade) -> None:
+    schema, db = trade
+    r = repair_sql("SELECT OrderID FROM Orders WHERE Freight >= 80", schema, (), "Orders with freight over 80?")
+    assert rows(db, r.sql) == [(2,)]
+
+
+@pytest.mark.parametrize(
+    ("question", "sql", "expected"),
+    [
+        ("who ordered Chai?", "SELECT DISTINCT Customers.ContactTitle FROM Customers JOIN Orders ON Orders.CustomerID ="
+         " Customers.CustomerID WHERE Orders.OrderID = 1", "SELECT DISTINCT Customers.CompanyName FROM Customers JOIN Orders"
+         " ON Orders.CustomerID = Customers.CustomerID WHERE Orders.OrderID = 1"),
+        ("谁下了 2 号订单？", "SELECT c.CustomerID FROM Customers AS c JOIN Orders ON Orders.CustomerID = c.CustomerID"
+         " WHERE Orders.OrderID = 2", "SELECT c.CompanyName FROM Customers AS c JOIN Orders ON Orders.CustomerID ="
+         " c.CustomerID WHERE Orders.OrderID = 2"),
+        # the name the question's words point to
+        ("Who's the contact at Alfreds?", "SELECT ContactTitle FROM Customers WHERE CompanyName = 'Alfreds'",
+         "SELECT ContactName FROM Customers WHERE CompanyName = 'Alfreds'"),
+        # a name already, no "who", a table without a name column, an aggregate: left
+        ("Who ordered?", "SELECT ContactName FROM Customers", None),
+        ("What is the contact's title at Alfreds?", "SELECT ContactTitle FROM Customers WHERE CompanyName = 'Alfreds'", None),
+        ("Who paid the most freight?", "SELECT Freight FROM Orders ORDER BY Freight DESC LIMIT 1", None),
+        ("Who?", "SELECT COUNT(*) FROM Customers", None),
+        ("Whoever", "SELECT ContactTitle FROM Customers", None),
+    ],
+)  # fmt: skip
+def test_who_is_answered_by_a_name(trade, question: str, sql: str, expected: str | None) -> None:
+    schema, db = trade
+    r = repair_sql(sql, schema, (), question)
+    assert r.sql == (expected or sql)
+    assert [x.rule for x in r.repairs] == (["who"] if expected else [])
+
+
+def test_who_gives_a_split_name_whole(staff) -> None:
+    schema, db = staff
+    r = repair_sql("SELECT City FROM Employees WHERE EmployeeID = 2", schema, (), "谁的编号是 2？")
+    assert r.sql == "SELECT FirstName, LastName FROM Employees WHERE EmployeeID = 2"
+    assert rows(db, r.sql) == [("Robert", "King")]
+
+
+JOINED = 'FROM Products JOIN "Order Details" ON "Order Details".ProductID = Products.ProductID WHERE Products.ProductName = \'Chai\''
+
+
+@pytest.mark.parametrize(
+    ("question", "sql", "expected"),
+    [
+        ("How many units of Chai were sold?", f'SELECT COUNT(DISTINCT "Order Details".OrderID) {JOINED}',
+         f'SELECT SUM("Order Details".Quantity) {JOINED}'),
+        ("Chai 一共卖出去多少件？", f"SELECT COUNT(*) {JOINED}", f'SELECT SUM("Order Details".Quantity) {JOINED}'),
+        ("How many units of Chai were sold?", "SELECT COUNT(*) FROM Products AS p JOIN \"Order Details\" AS d ON"
+         " d.ProductID = p.ProductID WHERE p.ProductName = 'Chai'", "SELECT SUM(d.Quantity) FROM Products AS p JOIN"
+         " \"Order Details\" AS d ON d.ProductID = p.ProductID WHERE p.ProductName = 'Chai'"),
+        # orders asked for, no quantity column joined, units a column already used, a sum already: left
+        ("How many orders included Chai?", f"SELECT COUNT(*) {JOINED}", None),
+        ("How many units of Chai are there?", "SELECT COUNT(*) FROM Products WHERE ProductName = 'Chai'", None),
+        ("How many products with Chai orders have over 30 units in stock?",
+         f"SELECT COUNT(*) {JOINED} AND Products.UnitsInStock > 30", None),
+        ("How many units of Chai were sold?", f'SELECT SUM("Order Details".Quantity) {JOINED}', None),
+    ],
+)  # fmt: skip
+def test_units_are_summed_not_counted(trade, question: str, sql: str, expected: str | None) -> None:
+    schema, db = trade
+    r = repair_sql(sql, schema, (), question)
+    assert r.sql == (expected or sql)
+    assert [x.rule for x in r.repairs] == (["units"] if expected else [])
+    if expected:
+        assert rows(db, r.sql) == [(35,)]
