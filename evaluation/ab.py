@@ -465,7 +465,8 @@ def run_generation(
                 if s.question not in linked_by_question:  # once per question, not per condition
                     linked_by_question[s.question] = ds.values.lookup(s.question) if ds.values is not None else []
                 linked = linked_by_question[s.question]
-                sqls = [repair_sql(q, ds.schema, linked, s.question).sql if q else q for q in sqls]
+                target = p.target if p is not None else None
+                sqls = [repair_sql(q, ds.schema, linked, s.question, target).sql if q else q for q in sqls]
             pick = 0
             if len(sqls) > 1:
                 ran = [(k, executor.execute(ds.db_path, q)) for k, q in enumerate(sqls) if q]

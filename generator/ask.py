@@ -287,7 +287,8 @@ class AskPipeline:
         sqls = [parse_answer(c, require_reasoning=self.prompt.with_reasoning).sql for c in completions]
         fixes: list[tuple[str, ...]] = [() for _ in sqls]
         if self.repair:
-            repaired = [repair_sql(q, self.router.schema, matches, answer.question) if q else None for q in sqls]
+            target = answer.path.target if answer.path is not None else None
+            repaired = [repair_sql(q, self.router.schema, matches, answer.question, target) if q else None for q in sqls]
             sqls = [r.sql if r is not None else None for r in repaired]
             fixes = [tuple(map(str, r.repairs)) if r is not None else () for r in repaired]
         answer.candidates = len(sqls)

@@ -11,7 +11,7 @@ rule-based analogue of the correction step of text-to-SQL pipelines (DIN-SQL's s
 CHESS's revision agent), in the spirit of PICARD's rejection of references to columns a table
 lacks (Scholak et al., 2021); it runs on finished queries, so it works with any decoding.
 
-Seven rules, each applied only when its answer is unique:
+Eight rules, each applied only when its answer is unique:
 
 1. **Requalify**: ``T.c`` where the table ``T`` of the query has no column ``c`` but exactly one
    other table of the query does: ``c`` is qualified with that table.
@@ -38,6 +38,11 @@ Seven rules, each applied only when its answer is unique:
 7. **Units are summed**: "how many units", "多少件" answered by a lone ``COUNT(...)`` over tables
    of which exactly one has a numeric quantity column (``"Order Details".Quantity``) becomes
    ``SUM`` of that column: counting order lines is not counting the units on them.
+8. **The answer is on the route's target**: given the routed path's ``target``, a query over two
+   or more tables that returns one plain column of another of them (``Products.ProductName`` for
+   "What kinds of products does Leka Trading supply?" routed to ``Categories``) returns the
+   target's column of that name when it has one, else the target's name column (as rule 6
+   chooses it). A router's target is the table the answer comes from.
 
 A query that parses and references only existing columns, and that no rule changes, is returned
 unchanged, character for character; so is one sqlglot cannot parse.
@@ -74,7 +79,7 @@ class ColumnRepair:
 
     before: str
     after: str
-    rule: str  # "requalified", "closest name", "linked value", "whole name", "strictness", "who", "units"
+    rule: str  # requalified, closest name, linked value, whole name, strictness, who, units, route target
 
     def __str__(self) -> str:
         return f"{self.before} -> {self.after} ({self.rule})"
@@ -88,8 +93,9 @@ class RepairedSQL:
     repairs: tuple[ColumnRepair, ...] = ()
 
 
-def repair_sql(sql: str | None, schema: Schema, values: Sequence[ValueMatch] = (), question: str = "") -> RepairedSQL:
-    """``sql`` with its column references repaired against ``schema`` by the module's seven rules.
+def repair_sql(sql: str | None, schema: Schema, values: Sequence[ValueMatch] = (), question: str = "",
+               target: str | None = None) -> RepairedSQL:  # fmt: skip
+    """``sql`` with its column references repaired against ``schema`` by the module's eight rules.
 
     Args:
         sql: one SQLite query (``None`` or empty is returned as ``""``).
@@ -99,6 +105,7 @@ def repair_sql(sql: str | None, schema: Schema, values: Sequence[ValueMatch] = (
             every match counts, not only the one a prompt lists.
         question: the question, for rules 4-7 (a half of a name the question asks for is kept;
             its comparison words, "who", "units").
+        target: the routed path's target table, for rule 8 (None: rule 8 is off).
 
     Returns:
         The repaired query and what changed. Never raises: a query sqlglot cannot read, or one
@@ -190,8 +197,8 @@ def repair_sql(sql: str | None, schema: Schema, values: Sequence[ValueMatch] = (
             col.set("table", ident(spelled[new_q]))
             col.set("this", ident(columns_of[t].get(c, c)))
             repairs.append(ColumnRepair(before, written(col), "linked value"))
-    for rule in (_whole_name, _who_name, _summed_units):
-        change = rule(tree, schema, question)
+    for rule in (_on_target, _whole_name, _who_name, _summed_units):
+        change = rule(tree, schema, question, target)
         if change is not None:
             repairs.append(change)
     repairs.extend(_strictness(tree, question))
@@ -248,7 +255,7 @@ def _set_columns(col: Any, names: Sequence[str]) -> list[Any]:
     return out
 
 
-def _whole_name(tree: Any, schema: Schema, question: str | None) -> ColumnRepair | None:
+def _whole_name(tree: Any, schema: Schema, question: str | None, target: str | None = None) -> ColumnRepair | None:
     """Rule 4 on ``tree`` (changed in place): a lone half of a split name becomes both halves."""
     found = _lone_column(tree, schema)
     if found is None:
@@ -281,7 +288,53 @@ def _is_name_column(column: Column) -> bool:
     )
 
 
-def _who_name(tree: Any, schema: Schema, question: str | None) -> ColumnRepair | None:
+def _name_columns(t: Table, schema: Schema, question: str | None) -> list[str]:
+    """The column(s) that name a row of ``t``: both halves of a split person name, else the name
+    column whose other words the question uses ("contact" -> ``ContactName``), else the first
+    name column in the table's order; [] when ``t`` has no non-key name column."""
+    keys = set(t.primary_key) | {c for fk in schema.foreign_keys if fk.table == t.name for c in fk.columns}
+    names = [c for c in t.columns if c.name not in keys and _is_name_column(c)]
+    if not names:
+        return []
+    halves = name_halves([c.name for c in t.columns if c.is_text])
+    if halves is not None:
+        return list(halves)
+    said = set(re.findall(r"\w+", (question or "").casefold()))
+    spoken = [c for c in names if {w for w in humanize(c.name).split() if w != "name"} & said]
+    return [(spoken if len(spoken) == 1 else names)[0].name]
+
+
+def _on_target(tree: Any, schema: Schema, question: str | None, target: str | None = None) -> ColumnRepair | None:
+    """Rule 8 on ``tree`` (changed in place): the lone answer column moved onto the route's target."""
+    from sqlglot import exp
+
+    if not target:
+        return None
+    found = _lone_column(tree, schema)
+    outer = _outer_tables(tree) if found is not None else None
+    if found is None or outer is None or len(outer) < 2:
+        return None
+    col, t = found
+    if t.name.lower() == target.lower():
+        return None
+    on_target = [q for q, name in outer.items() if name == target.lower()]
+    if len(on_target) != 1:
+        return None  # the target is not joined, or joined twice (which one?)
+    goal = next(x for x in schema.tables if x.name.lower() == target.lower())
+    same = [c.name for c in goal.columns if c.name.lower() == col.name.lower()]
+    chosen = same or _name_columns(goal, schema, question)
+    if not chosen:
+        return None
+    spelled = next(x.alias_or_name for x in tree.find_all(exp.Table) if x.alias_or_name.lower() == on_target[0])
+    before = col.sql(dialect="sqlite")
+    new = _set_columns(col, chosen)
+    for c in new:
+        c.set("table", exp.to_identifier(spelled, quoted=sql_ident(spelled) != spelled))
+    tree.set("expressions", new)
+    return ColumnRepair(before, ", ".join(c.sql(dialect="sqlite") for c in new), "route target")
+
+
+def _who_name(tree: Any, schema: Schema, question: str | None, target: str | None = None) -> ColumnRepair | None:
     """Rule 6 on ``tree`` (changed in place): "who" answered by a column that is not a name."""
     if not _WHO.search((question or "").casefold()):
         return None
@@ -292,17 +345,9 @@ def _who_name(tree: Any, schema: Schema, question: str | None) -> ColumnRepair |
     asked = next((c for c in t.columns if c.name.lower() == col.name.lower()), None)
     if asked is None or _is_name_column(asked):
         return None
-    keys = set(t.primary_key) | {c for fk in schema.foreign_keys if fk.table == t.name for c in fk.columns}
-    names = [c for c in t.columns if c.name not in keys and _is_name_column(c)]
-    if not names:
+    chosen = _name_columns(t, schema, question)
+    if not chosen:
         return None
-    halves = name_halves([c.name for c in t.columns if c.is_text])
-    said = set(re.findall(r"\w+", (question or "").casefold()))
-    if halves is not None:
-        chosen = list(halves)
-    else:
-        spoken = [c for c in names if {w for w in humanize(c.name).split() if w != "name"} & said]
-        chosen = [(spoken if len(spoken) == 1 else names)[0].name]
     before = col.sql(dialect="sqlite")
     new = _set_columns(col, chosen)
     tree.set("expressions", new)
@@ -313,7 +358,7 @@ _UNITS = re.compile(r"\b(?:units?|pieces?)\b|多少件|几件|件数")
 _QUANTITY = re.compile(r"quantity|qty", re.IGNORECASE)
 
 
-def _summed_units(tree: Any, schema: Schema, question: str | None) -> ColumnRepair | None:
+def _summed_units(tree: Any, schema: Schema, question: str | None, target: str | None = None) -> ColumnRepair | None:
     """Rule 7 on ``tree`` (changed in place): units asked for, order lines counted."""
     from sqlglot import exp
 

@@ -265,3 +265,36 @@ def test_units_are_summed_not_counted(trade, question: str, sql: str, expected: 
     assert [x.rule for x in r.repairs] == (["units"] if expected else [])
     if expected:
         assert rows(db, r.sql) == [(35,)]
+
+
+ROUTE = ("FROM Customers JOIN Orders ON Orders.CustomerID = Customers.CustomerID JOIN \"Order Details\" ON"
+         " \"Order Details\".OrderID = Orders.OrderID JOIN Products ON \"Order Details\".ProductID = Products.ProductID"
+         " WHERE Customers.CompanyName = 'Alfreds'")
+
+
+@pytest.mark.parametrize(
+    ("sql", "target", "expected"),
+    [
+        # a column of a table on the way: the target's name column, aliases kept
+        (f"SELECT DISTINCT Orders.OrderID {ROUTE}", "Products", f"SELECT DISTINCT Products.ProductName {ROUTE}"),
+        ("SELECT o.Freight FROM Customers AS c JOIN Orders AS o ON o.CustomerID = c.CustomerID WHERE c.CustomerID = 'ALFKI'",
+         "Customers", "SELECT c.CompanyName FROM Customers AS c JOIN Orders AS o ON o.CustomerID = c.CustomerID WHERE"
+         " c.CustomerID = 'ALFKI'"),
+        # the target's own column of that name
+        (f'SELECT "Order Details".ProductID {ROUTE}', "Products", f"SELECT Products.ProductID {ROUTE}"),
+        # already on the target, no target, an aggregate, two columns, the target not joined, one table: left
+        (f"SELECT Products.ProductName {ROUTE}", "Products", None),
+        (f"SELECT Orders.OrderID {ROUTE}", None, None),
+        (f"SELECT COUNT(Orders.OrderID) {ROUTE}", "Products", None),
+        (f"SELECT Orders.OrderID, Orders.Freight {ROUTE}", "Products", None),
+        ("SELECT Orders.OrderID FROM Customers JOIN Orders ON Orders.CustomerID = Customers.CustomerID", "Products", None),
+        ("SELECT Freight FROM Orders", "Customers", None),
+    ],
+)  # fmt: skip
+def test_the_answer_comes_from_the_route_target(trade, sql: str, target: str | None, expected: str | None) -> None:
+    schema, db = trade
+    r = repair_sql(sql, schema, (), "Which ones?", target)
+    assert r.sql == (expected or sql)
+    assert [x.rule for x in r.repairs] == (["route target"] if expected else [])
+    if expected == f"SELECT DISTINCT Products.ProductName {ROUTE}":
+        assert rows(db, r.sql) == [("Chai",), ("Tofu",)]
