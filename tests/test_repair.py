@@ -6,6 +6,8 @@ import sqlite3
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from core.schema import introspect
 from core.values import ValueMatch
@@ -298,3 +300,34 @@ def test_the_answer_comes_from_the_route_target(trade, sql: str, target: str | N
     assert [x.rule for x in r.repairs] == (["route target"] if expected else [])
     if expected == f"SELECT DISTINCT Products.ProductName {ROUTE}":
         assert rows(db, r.sql) == [("Chai",), ("Tofu",)]
+
+
+_COLUMNS = ("Customers.CompanyName", "Customers.ContactTitle", "c.CustomerID", "Orders.Freight", "o.OrderID",
+            '"Order Details".Quantity', "Products.UnitsInStock", "Products.Nope", "x.y", "Freight")  # fmt: skip
+_OUTPUTS = st.sampled_from(_COLUMNS) | st.sampled_from(_COLUMNS).map(lambda c: f"COUNT({c})") | st.just("COUNT(*)")
+_FROMS = st.sampled_from([
+    "Customers AS c JOIN Orders AS o ON o.CustomerID = c.CustomerID",
+    'Orders JOIN "Order Details" ON "Order Details".OrderID = Orders.OrderID JOIN Products ON Products.ProductID = "Order Details".ProductID',
+    "Customers", "(SELECT * FROM Orders) AS s", "Nowhere", "Customers, Orders",
+])  # fmt: skip
+_WHERES = st.sampled_from(["", " WHERE Orders.Freight >= 80", " WHERE o.Freight < 12.5", " WHERE 80 <= Freight",
+                           " WHERE Products.UnitsInStock > -3", " WHERE c.CompanyName = 'Alfreds'"])  # fmt: skip
+_WORDS = st.lists(st.sampled_from(["who", "whom", "谁", "units", "多少件", "above", "at least", "or more", "under",
+                                   "超过", "不超过", "80", "12.5", "$80", "-3", "contact", "name", "how many", "以上"]),
+                  max_size=8).map(" ".join)  # fmt: skip
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])  # read only
+@given(out=st.lists(_OUTPUTS, min_size=1, max_size=2), from_=_FROMS, where=_WHERES, question=_WORDS,
+       target=st.sampled_from([None, "Customers", "Products", "Orders", "Missing"]), distinct=st.booleans())
+def test_repair_never_raises_and_keeps_what_it_does_not_change(trade, out, from_, where, question, target, distinct) -> None:
+    schema, db = trade
+    sql = f"SELECT {'DISTINCT ' if distinct else ''}{', '.join(out)} FROM {from_}{where}"
+    r = repair_sql(sql, schema, (), question, target)
+    if not r.repairs:
+        assert r.sql == sql
+    else:
+        import sqlglot
+
+        assert sqlglot.parse_one(r.sql, read="sqlite") is not None
+        assert all(x.before != x.after for x in r.repairs)
