@@ -138,9 +138,6 @@ def repair_sql(sql: str | None, schema: Schema, values: Sequence[ValueMatch] = (
         found = [q for q, t in qualifiers.items() if t == table]
         return found[0] if len(found) == 1 else None
 
-    def ident(name: str) -> exp.Identifier:
-        return exp.to_identifier(name, quoted=sql_ident(name) != name)
-
     def written(col: exp.Column) -> str:
         return col.sql(dialect="sqlite")
 
@@ -159,15 +156,15 @@ def repair_sql(sql: str | None, schema: Schema, values: Sequence[ValueMatch] = (
             new_q = qualifier_for(owner)
             if new_q is None:
                 continue
-            col.set("table", ident(spelled[new_q]))
-            col.set("this", ident(columns_of[owner][name]))
+            col.set("table", _ident(spelled[new_q]))
+            col.set("this", _ident(columns_of[owner][name]))
             repairs.append(ColumnRepair(before, written(col), "requalified"))
             continue
         if owners:
             continue  # several joined tables hold it: ambiguous
         best = _closest(name, list(columns_of[table]))
         if best is not None:
-            col.set("this", ident(columns_of[table][best]))
+            col.set("this", _ident(columns_of[table][best]))
             repairs.append(ColumnRepair(before, written(col), "closest name"))
 
     references = {(fk.table.lower(), c.lower()): (fk.ref_table.lower(), rc.lower())
@@ -194,8 +191,8 @@ def repair_sql(sql: str | None, schema: Schema, values: Sequence[ValueMatch] = (
                 continue
             t, c, new_q = joined[0]
             before = written(col)
-            col.set("table", ident(spelled[new_q]))
-            col.set("this", ident(columns_of[t].get(c, c)))
+            col.set("table", _ident(spelled[new_q]))
+            col.set("this", _ident(columns_of[t].get(c, c)))
             repairs.append(ColumnRepair(before, written(col), "linked value"))
     for rule in (_on_target, _whole_name, _who_name, _summed_units):
         change = rule(tree, schema, question, target)
@@ -243,14 +240,29 @@ def _outer_tables(tree: Any) -> dict[str, str] | None:
     return {x.alias_or_name.lower(): x.name.lower() for x in sources}
 
 
-def _set_columns(col: Any, names: Sequence[str]) -> list[Any]:
-    """Copies of the column ``col`` naming each of ``names`` (same qualifier)."""
+def _ident(name: str) -> Any:
+    """``name`` as a sqlglot identifier, double-quoted where SQLite needs it (``"Order Details"``)."""
     from sqlglot import exp
 
+    return exp.to_identifier(name, quoted=sql_ident(name) != name)
+
+
+def _spelled(tree: Any, qualifier: str) -> str:
+    """How the query writes the table or alias whose lower-case form is ``qualifier``."""
+    from sqlglot import exp
+
+    return next(x.alias_or_name for x in tree.find_all(exp.Table) if x.alias_or_name.lower() == qualifier)
+
+
+def _set_columns(col: Any, names: Sequence[str], qualifier: str | None = None) -> list[Any]:
+    """Copies of the column ``col`` naming each of ``names``, under ``qualifier`` if given (else
+    ``col``'s own)."""
     out = []
     for n in names:
         c = col.copy()
-        c.set("this", exp.to_identifier(n, quoted=sql_ident(n) != n))
+        c.set("this", _ident(n))
+        if qualifier is not None:
+            c.set("table", _ident(qualifier))
         out.append(c)
     return out
 
@@ -306,8 +318,6 @@ def _name_columns(t: Table, schema: Schema, question: str | None) -> list[str]:
 
 def _on_target(tree: Any, schema: Schema, question: str | None, target: str | None = None) -> ColumnRepair | None:
     """Rule 8 on ``tree`` (changed in place): the lone answer column moved onto the route's target."""
-    from sqlglot import exp
-
     if not target:
         return None
     found = _lone_column(tree, schema)
@@ -325,11 +335,8 @@ def _on_target(tree: Any, schema: Schema, question: str | None, target: str | No
     chosen = same or _name_columns(goal, schema, question)
     if not chosen:
         return None
-    spelled = next(x.alias_or_name for x in tree.find_all(exp.Table) if x.alias_or_name.lower() == on_target[0])
     before = col.sql(dialect="sqlite")
-    new = _set_columns(col, chosen)
-    for c in new:
-        c.set("table", exp.to_identifier(spelled, quoted=sql_ident(spelled) != spelled))
+    new = _set_columns(col, chosen, _spelled(tree, on_target[0]))
     tree.set("expressions", new)
     return ColumnRepair(before, ", ".join(c.sql(dialect="sqlite") for c in new), "route target")
 
@@ -380,9 +387,7 @@ def _summed_units(tree: Any, schema: Schema, question: str | None, target: str |
     if len(quantities) != 1:
         return None
     q, c = quantities[0]
-    spelled = next(x.alias_or_name for x in tree.find_all(exp.Table) if x.alias_or_name.lower() == q)
-    total = exp.Sum(this=exp.column(exp.to_identifier(c.name, quoted=sql_ident(c.name) != c.name),
-                                    table=exp.to_identifier(spelled, quoted=sql_ident(spelled) != spelled)))  # fmt: skip
+    total = exp.Sum(this=exp.column(_ident(c.name), table=_ident(_spelled(tree, q))))
     before = count.sql(dialect="sqlite")
     tree.set("expressions", [total])
     return ColumnRepair(before, total.sql(dialect="sqlite"), "units")
