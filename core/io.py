@@ -272,8 +272,9 @@ def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
 
     Raises:
         DataError: naming the file and line of the first line that is not UTF-8 or not a JSON
-            object (nested too deep included), that holds a lone surrogate escape (``"\\ud800"``:
-            a string no encoder, tokenizer or database takes), or when the file does not exist.
+            object (nested too deep included; lines ended by a lone CR are named as such), that
+            holds a lone surrogate escape (``"\\ud800"``: a string no encoder, tokenizer or
+            database takes), or when the file does not exist.
     """
     return [obj for _, obj in read_jsonl_lines(path)]
 
@@ -301,6 +302,9 @@ def read_jsonl_lines(path: str | Path) -> list[tuple[int, dict[str, Any]]]:
             try:
                 obj = json.loads(line)
             except json.JSONDecodeError as exc:
+                if "\r" in line.rstrip("\r\n"):  # the whole file is one "line": old Mac line ends
+                    raise DataError(f"not valid JSON ({exc.msg}): its lines end in a lone CR (carriage return); "
+                                    "save it with LF or CRLF line ends", where=path, line=lineno) from exc  # fmt: skip
                 raise DataError(f"not valid JSON ({exc.msg})", where=path, line=lineno) from exc
             except RecursionError as exc:
                 raise DataError("not valid JSON (nested too deep)", where=path, line=lineno) from exc

@@ -225,6 +225,23 @@ def test_a_jsonl_file_with_a_byte_order_mark_reads_and_keeps_its_line_numbers(tm
     assert read_jsonl_lines(f) == [(1, {"question": "who?"}), (3, {"question": "\ufeffwhat?"})]
 
 
+def test_a_jsonl_file_with_old_mac_line_ends_is_named_as_such(tmp_path: Path) -> None:
+    """Lone CR line ends make the file one line; it was "not valid JSON (Extra data)" and no hint."""
+    from core.errors import DataError
+    from core.io import read_jsonl
+
+    f = tmp_path / "q.jsonl"
+    f.write_bytes(b'{"question": "who?"}\r{"question": "what?"}\r')
+    with pytest.raises(DataError, match=r"q.jsonl:1: not valid JSON \(Extra data\): its lines end in a lone CR"):
+        read_jsonl(f)
+    f.write_bytes(b'{"question": "who?"}\r\n{"question": "what?"}\r\n')  # CRLF reads
+    assert read_jsonl(f) == [{"question": "who?"}, {"question": "what?"}]
+    f.write_bytes(b'{"question": "who?"\n')  # a plain error keeps its plain message
+    with pytest.raises(DataError) as info:
+        read_jsonl(f)
+    assert "lone CR" not in str(info.value)
+
+
 @pytest.mark.parametrize(
     ("module", "args", "message"),
     [
