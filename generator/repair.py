@@ -32,9 +32,11 @@ Eight rules, each applied only when its answer is unique:
    ``<=``. Only a number the question writes is touched, and only its strictness, never the
    direction. 以上 and 以下 are left alone: Chinese uses them both ways.
 6. **"Who" asks for a name**: a question that asks who (who, whom, whose, 谁) answered by one
-   plain column that is not a name (``Customers.ContactTitle``, ``Customers.CustomerID``) gets the
-   table's name column instead: the one whose other words the question uses ("the contact" ->
-   ``ContactName``), else the first in the table's order. Split person names are rule 4's.
+   plain column that no person is named by, a key or a contact detail or role
+   (``Customers.ContactTitle``, ``Customers.CustomerID``, ``Employee.Email``), gets the table's
+   name column instead: the one whose other words the question uses ("the contact" ->
+   ``ContactName``), else the first in the table's order. Other columns are left: ``Track.Composer``
+   answers "Who wrote Stairway to Heaven?". Split person names are rule 4's.
 7. **Units are summed**: "how many units", "多少件" answered by a lone ``COUNT(...)`` over tables
    of which exactly one has a numeric quantity column (``"Order Details".Quantity``) becomes
    ``SUM`` of that column: counting order lines is not counting the units on them.
@@ -287,6 +289,9 @@ def _whole_name(tree: Any, schema: Schema, question: str | None, target: str | N
     return ColumnRepair(before, ", ".join(c.sql(dialect="sqlite") for c in both), "whole name")
 
 
+_NOT_A_PERSON = frozenset(("title", "email", "mail", "phone", "fax", "address", "postal", "zip", "city", "country",
+                           "region", "state"))  # fmt: skip
+"""Words of a column name that mark a contact detail or a role: no answer to "who" (rule 6)."""
 _WHO = re.compile(r"\b(?:who|whom|whose)\b|谁")
 _ZH_NAME = ("名称", "姓名", "名字")
 
@@ -300,11 +305,16 @@ def _is_name_column(column: Column) -> bool:
     )
 
 
+def _key_columns(t: Table, schema: Schema) -> set[str]:
+    """``t``'s primary-key columns and the columns of its foreign keys."""
+    return set(t.primary_key) | {c for fk in schema.foreign_keys if fk.table == t.name for c in fk.columns}
+
+
 def _name_columns(t: Table, schema: Schema, question: str | None) -> list[str]:
     """The column(s) that name a row of ``t``: both halves of a split person name, else the name
     column whose other words the question uses ("contact" -> ``ContactName``), else the first
     name column in the table's order; [] when ``t`` has no non-key name column."""
-    keys = set(t.primary_key) | {c for fk in schema.foreign_keys if fk.table == t.name for c in fk.columns}
+    keys = _key_columns(t, schema)
     names = [c for c in t.columns if c.name not in keys and _is_name_column(c)]
     if not names:
         return []
@@ -352,6 +362,9 @@ def _who_name(tree: Any, schema: Schema, question: str | None, target: str | Non
     asked = next((c for c in t.columns if c.name.lower() == col.name.lower()), None)
     if asked is None or _is_name_column(asked):
         return None
+    keys = _key_columns(t, schema)
+    if asked.name not in keys and not set(humanize(asked.name).split()) & _NOT_A_PERSON:
+        return None  # Track.Composer, Album.Artist: people may be named there
     chosen = _name_columns(t, schema, question)
     if not chosen:
         return None

@@ -331,3 +331,17 @@ def test_repair_never_raises_and_keeps_what_it_does_not_change(trade, out, from_
 
         assert sqlglot.parse_one(r.sql, read="sqlite") is not None
         assert all(x.before != x.after for x in r.repairs)
+
+
+def test_who_keeps_a_column_that_may_name_people(tmp_path: Path) -> None:
+    """Chinook's "Who wrote Stairway to Heaven?" is answered by Track.Composer, not Track.Name."""
+    db = tmp_path / "music.sqlite"
+    with sqlite3.connect(db) as conn:
+        conn.executescript("CREATE TABLE Track (TrackId INTEGER PRIMARY KEY, Name TEXT, Composer TEXT, Email TEXT);"
+                           "INSERT INTO Track VALUES (1, 'Stairway to Heaven', 'Page, Plant', 'x@y.z');")  # fmt: skip
+    with pytest.warns(UserWarning, match="no foreign keys"):
+        schema = introspect(db)
+    sql = "SELECT Composer FROM Track WHERE Name = 'Stairway to Heaven'"
+    assert repair_sql(sql, schema, (), "Who wrote Stairway to Heaven?").sql == sql
+    r = repair_sql("SELECT Email FROM Track WHERE TrackId = 1", schema, (), "Who is track 1?")
+    assert r.sql == "SELECT Name FROM Track WHERE TrackId = 1"
