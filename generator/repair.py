@@ -70,6 +70,7 @@ from typing import Any
 from core.schema import Column, Schema, Table, humanize
 from core.sqlite import sql_ident
 from core.values import ValueMatch, name_halves
+from data_pipeline.entities import key_columns
 
 MIN_NAME_SIMILARITY = 85.0
 """Rule 2's least rapidfuzz ``fuzz.ratio`` (0-100) between a written and a real column name."""
@@ -227,7 +228,12 @@ def _lone_column(tree: Any, schema: Schema) -> tuple[Any, Table] | None:
     table = outer.get(q) if q else (next(iter(tables)) if len(tables) == 1 else None)
     if table is None:
         return None
-    return col, next(t for t in schema.tables if t.name.lower() == table)
+    return col, _table(schema, table)
+
+
+def _table(schema: Schema, name: str) -> Table:
+    """The schema's table called ``name``, compared case-insensitively as SQLite does (it exists)."""
+    return next(t for t in schema.tables if t.name.lower() == name.lower())
 
 
 def _outer_tables(tree: Any) -> dict[str, str] | None:
@@ -305,16 +311,11 @@ def _is_name_column(column: Column) -> bool:
     )
 
 
-def _key_columns(t: Table, schema: Schema) -> set[str]:
-    """``t``'s primary-key columns and the columns of its foreign keys."""
-    return set(t.primary_key) | {c for fk in schema.foreign_keys if fk.table == t.name for c in fk.columns}
-
-
 def _name_columns(t: Table, schema: Schema, question: str | None) -> list[str]:
     """The column(s) that name a row of ``t``: both halves of a split person name, else the name
     column whose other words the question uses ("contact" -> ``ContactName``), else the first
     name column in the table's order; [] when ``t`` has no non-key name column."""
-    keys = _key_columns(t, schema)
+    keys = key_columns(schema, t)
     names = [c for c in t.columns if c.name not in keys and _is_name_column(c)]
     if not names:
         return []
@@ -340,7 +341,7 @@ def _on_target(tree: Any, schema: Schema, question: str | None, target: str | No
     on_target = [q for q, name in outer.items() if name == target.lower()]
     if len(on_target) != 1:
         return None  # the target is not joined, or joined twice (which one?)
-    goal = next(x for x in schema.tables if x.name.lower() == target.lower())
+    goal = _table(schema, target)
     same = [c.name for c in goal.columns if c.name.lower() == col.name.lower()]
     chosen = same or _name_columns(goal, schema, question)
     if not chosen:
@@ -362,7 +363,7 @@ def _who_name(tree: Any, schema: Schema, question: str | None, target: str | Non
     asked = next((c for c in t.columns if c.name.lower() == col.name.lower()), None)
     if asked is None or _is_name_column(asked):
         return None
-    keys = _key_columns(t, schema)
+    keys = key_columns(schema, t)
     if asked.name not in keys and not set(humanize(asked.name).split()) & _NOT_A_PERSON:
         return None  # Track.Composer, Album.Artist: people may be named there
     chosen = _name_columns(t, schema, question)
@@ -394,8 +395,7 @@ def _summed_units(tree: Any, schema: Schema, question: str | None, target: str |
         return None
     if any("units" in humanize(c.name).split() for c in tree.find_all(exp.Column)):
         return None  # "more than 10 units in stock": the units are a column the query already uses
-    by_name = {t.name.lower(): t for t in schema.tables}
-    quantities = [(q, c) for q, table in outer.items() for c in by_name[table].columns
+    quantities = [(q, c) for q, table in outer.items() for c in _table(schema, table).columns
                   if c.is_numeric and _QUANTITY.search(c.name)]  # fmt: skip
     if len(quantities) != 1:
         return None
